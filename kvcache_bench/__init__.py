@@ -1,0 +1,7 @@
+"""kvcache-bench: measure what KV-cache compression costs an LLM on long-context QA.
+
+One module per pipeline stage: data, prompts, methods, engine, metrics, aggregate, plots, perf.
+The Snakemake scripts in ``scripts/`` are thin adapters over these modules.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,226 @@
+"""Datasets in LongBench's schema: loaded from the hub, from a local copy, or generated for the demo.
+
+LongBench rows carry: input (the question), context, answers (list), length, dataset, language,
+all_classes, _id. Everything downstream reads only this schema.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from pathlib import Path
+
+LONGBENCH_COLUMNS = ("input", "context", "answers", "length", "dataset", "language", "all_classes", "_id")
+
+OFFLINE_HELP = (
+    "The Hugging Face hub could not be reached or refused the request. Either\n"
+    "  * download the data where there is network and point the config at it:\n"
+    "      datasets: {{{dataset}: {{local_path: /path/to/{task}.parquet}}}}   (a .parquet/.jsonl file, or a\n"
+    "      directory holding {task}.parquet, {task}.jsonl or {task}/*.parquet), or\n"
+    "  * populate the Hugging Face cache and set HF_HUB_OFFLINE=1, or\n"
+    "  * for gated data, export HF_TOKEN (it is read from the environment only, never written to outputs)."
+)
+
+
+class DatasetUnavailableError(RuntimeError):
+    pass
+
+
+def _local_data_files(local_path: str, task: str) -> tuple[str, list[str]]:
+    path = Path(local_path)
+    if path.is_file():
+        candidates = [path]
+    elif path.is_dir():
+        candidates = [p for p in (path / f"{task}.parquet", path / f"{task}.jsonl") if p.exists()]
+        if not candidates:
+            candidates = sorted((path / task).glob("*.parquet")) + sorted((path / task).glob("*.jsonl"))
+    else:
+        raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
+    if not candidates:
+        raise DatasetUnavailableError(
+            f"no data for task {task!r} under {local_path!r}: expected {task}.parquet, {task}.jsonl or {task}/*.parquet"
+        )
+    suffixes = {p.suffix for p in candidates}
+    if len(suffixes) != 1:
+        raise DatasetUnavailableError(f"mixed file types for task {task!r}: {sorted(map(str, candidates))}")
+    builder = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(suffixes.pop())
+    if builder is None:
+        raise DatasetUnavailableError(f"unsupported file type for {candidates[0]} (use .parquet or .jsonl)")
+    return builder, [str(p) for p in candidates]
+
+
+def load_longbench_rows(
+    task: str,
+    *,
+    dataset_name: str = "longbench",
+    hub_id: str | None = None,
+    local_path: str | None = None,
+    split: str = "test",
+) -> list[dict]:
+    """Rows of one LongBench-schema task through ``datasets.load_dataset`` (the hub or a local file)."""
+    import datasets
+
+    if local_path:
+        builder, files = _local_data_files(local_path, task)
+        loaded = datasets.load_dataset(builder, data_files={split: files}, split=split)
+    else:
+        try:
+            loaded = datasets.load_dataset(hub_id, task, split=split, token=os.environ.get("HF_TOKEN"))
+        except Exception as error:  # the hub's errors are many; all of them mean "not from here"
+            raise DatasetUnavailableError(
+                f"could not load {hub_id!r} config {task!r} split {split!r}: {type(error).__name__}: {error}\n"
+                + OFFLINE_HELP.format(dataset=dataset_name, task=task)
+            ) from error
+    rows = [dict(row) for row in loaded]
+    missing = [c for c in ("input", "context", "answers") if rows and c not in rows[0]]
+    if missing:
+        raise DatasetUnavailableError(f"task {task!r} lacks LongBench columns {missing}")
+    return rows
+
+
+def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> list[dict]:
+    """Keep the first ``num_examples`` rows in file order, each with every LongBench column present."""
+    selected = rows if not num_examples else rows[:num_examples]
+    normalised = []
+    for index, row in enumerate(selected):
+        answers = row.get("answers")
+        if isinstance(answers, str):
+            answers = [answers]
+        out = {
+            "input": row.get("input") or "",
+            "context": row["context"],
+            "answers": list(answers or []),
+            "length": int(row.get("length") or len(row["context"].split())),
+            "dataset": row.get("dataset") or task,
+            "language": row.get("language") or "en",
+            "all_classes": row.get("all_classes"),
+            "_id": row.get("_id") or hashlib.sha1(f"{task}:{index}:{row['context'][:200]}".encode()).hexdigest(),
+        }
+        normalised.append(out)
+    return normalised
+
+
+# ---------------------------------------------------------------------------------------------------
+# The offline demo's data: seeded synthetic documents whose answers are words in the text.
+
+_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
+_NUCLEI = ("a", "e", "i", "o", "u")
+_CODAS = ("n", "r", "l", "s", "x", "k")
+FILLER_WORDS = (
+    "the a of and to in is was it that for on with as by at from this which be are were has had have "
+    "not but or an its their they there been more also most some other into than then these those "
+    "over such only new time first year years people after many before through between during under "
+    "city river valley market road bridge village harbour season winter summer festival council archive "
+    "report museum garden forest coast island mountain tower school library station field farm mill "
+    "north south east west old small large long quiet busy early late local famous ancient modern "
+    "built opened closed moved grew changed visited described recorded noted known called named held"
+).split()
+ATTRIBUTES = ("capital", "colour", "founder", "river", "animal", "instrument", "festival", "mountain")
+QUESTION_TEMPLATES = {
+    "capital": "what is the capital of {entity} ?",
+    "colour": "what is the colour of the flag of {entity} ?",
+    "founder": "who founded {entity} ?",
+    "river": "which river flows through {entity} ?",
+    "animal": "what animal is the symbol of {entity} ?",
+    "instrument": "which instrument is played in {entity} ?",
+    "festival": "what festival is held in {entity} ?",
+    "mountain": "which mountain overlooks {entity} ?",
+}
+FACT_TEMPLATES = {
+    "capital": "the capital of {entity} is {value} .",
+    "colour": "the colour of the flag of {entity} is {value} .",
+    "founder": "{entity} was founded by {value} .",
+    "river": "the river {value} flows through {entity} .",
+    "animal": "the symbol of {entity} is the {value} .",
+    "instrument": "in {entity} people play the {value} .",
+    "festival": "every year {entity} holds the {value} festival .",
+    "mountain": "the mountain {value} overlooks {entity} .",
+}
+PUNCTUATION = (".", ",", "?", ":")
+SPECIAL_TOKENS = ("<unk>", "<pad>", "<s>", "</s>")
+
+
+def synthetic_names() -> list[str]:
+    return sorted({o + n + c + o2 + n2 for o in _ONSETS for n in _NUCLEI for c in _CODAS for o2 in _ONSETS[:4] for n2 in _NUCLEI[:2]})
+
+
+def synthetic_vocabulary() -> list[str]:
+    """Every word the synthetic generator can emit (the demo tokenizer must cover all of them)."""
+    words = set(FILLER_WORDS) | set(PUNCTUATION) | set(synthetic_names())
+    for template in list(QUESTION_TEMPLATES.values()) + list(FACT_TEMPLATES.values()):
+        words |= {w for w in template.split() if not w.startswith("{")}
+    for template in ("read the document and answer the question . document : question : answer :",):
+        words |= set(template.split())
+    return sorted(words)
+
+
+def _filler_sentence(rng: random.Random) -> str:
+    return " ".join(rng.choice(FILLER_WORDS) for _ in range(rng.randint(6, 14))) + " ."
+
+
+def make_synthetic_document(rng: random.Random, n_words: int, n_facts: int) -> tuple[str, list[dict]]:
+    names = synthetic_names()
+    entities = rng.sample(names, n_facts)
+    attributes = [rng.choice(ATTRIBUTES) for _ in entities]
+    facts = []
+    for entity, attribute in zip(entities, attributes):
+        value = rng.choice([n for n in names if n != entity])
+        facts.append({"entity": entity, "attribute": attribute, "value": value})
+    sentences = []
+    while sum(len(s.split()) for s in sentences) < n_words:
+        sentences.append(_filler_sentence(rng))
+    for fact in facts:
+        sentence = FACT_TEMPLATES[fact["attribute"]].format(entity=fact["entity"], value=fact["value"])
+        sentences.insert(rng.randint(0, len(sentences)), sentence)
+    return " ".join(sentences), facts
+
+
+def make_synthetic_rows(
+    n_documents: int,
+    *,
+    seed: int,
+    min_words: int = 200,
+    max_words: int = 500,
+    facts_per_document: int = 4,
+    questions_per_document: int = 2,
+    task: str = "synthetic_qa",
+) -> list[dict]:
+    """Seeded long-document QA in LongBench's schema; several questions share each document."""
+    rng = random.Random(seed)
+    rows = []
+    for doc_index in range(n_documents):
+        context, facts = make_synthetic_document(rng, rng.randint(min_words, max_words), facts_per_document)
+        for q_index, fact in enumerate(rng.sample(facts, min(questions_per_document, len(facts)))):
+            rows.append(
+                {
+                    "input": QUESTION_TEMPLATES[fact["attribute"]].format(entity=fact["entity"]),
+                    "context": context,
+                    "answers": [fact["value"]],
+                    "length": len(context.split()),
+                    "dataset": task,
+                    "language": "en",
+                    "all_classes": None,
+                    "_id": f"{task}-{seed}-{doc_index:04d}-{q_index}",
+                }
+            )
+    return rows
+
+
+def sha256_of(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None) -> dict:
+    """Write rows as JSONL (atomically) and the manifest with row count and sha256 beside it."""
+    from .io import write_jsonl_atomic
+    from .manifest import write_manifest
+
+    count = write_jsonl_atomic(out_path, rows)
+    facts = {"rows": count, "sha256": sha256_of(out_path), "columns": list(LONGBENCH_COLUMNS)}
+    write_manifest(out_path, params, seed, extra={"dataset": facts})
+    return facts

@@ -1,0 +1,119 @@
+"""The method registry: config name -> kvpress press, and the one retention -> compression-ratio conversion.
+
+Configs speak of *retention*, the fraction of the prompt's KV cache that is KEPT. kvpress speaks of
+``compression_ratio``, the fraction DROPPED. ``compression_ratio_for`` is the only place that converts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from dataclasses import dataclass, field
+
+
+class UnknownMethodError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    name: str
+    label: str  # how users know the method, for tables and legends
+    press_class: str | None  # attribute of the ``kvpress`` module; None for the uncompressed baseline
+    evicts: bool  # drops prompt tokens from the cache (so padding can be ranked against real tokens)
+    requires_eager_attention: bool = False  # needs the attention matrix, which SDPA does not return
+    default_kwargs: dict = field(default_factory=dict)
+
+
+METHODS: dict[str, MethodSpec] = {
+    spec.name: spec
+    for spec in (
+        MethodSpec("full_cache", "Full cache", None, evicts=False),
+        MethodSpec("snapkv", "SnapKV", "SnapKVPress", evicts=True),
+        MethodSpec("streaming_llm", "StreamingLLM", "StreamingLLMPress", evicts=True),
+        MethodSpec("pyramidkv", "PyramidKV", "PyramidKVPress", evicts=True),
+        MethodSpec("tova", "TOVA", "TOVAPress", evicts=True),
+        MethodSpec("knorm", "Knorm", "KnormPress", evicts=True),
+        MethodSpec("expected_attention", "Expected Attention", "ExpectedAttentionPress", evicts=True),
+        MethodSpec("h2o", "H2O", "ObservedAttentionPress", evicts=True, requires_eager_attention=True),
+        MethodSpec("random", "Random", "RandomPress", evicts=True),
+    )
+}
+
+FULL_RETENTION = 1.0
+
+
+def get_method(name: str) -> MethodSpec:
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise UnknownMethodError(
+            f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}"
+        ) from None
+
+
+def compression_ratio_for(retention: float) -> float:
+    """kvpress's compression_ratio (fraction dropped) for a retention (fraction kept)."""
+    if not 0.0 < retention <= 1.0:
+        raise ValueError(f"retention must be in (0, 1], got {retention}")
+    return round(1.0 - retention, 10)
+
+
+def retentions_for(method: str, retentions: list[float]) -> list[float]:
+    """The uncompressed baseline has exactly one cell, at retention 1.0."""
+    return [FULL_RETENTION] if not get_method(method).evicts else list(retentions)
+
+
+def resolve_press_class(spec: MethodSpec):
+    """The installed kvpress class for a method, or a clear error naming the installed version."""
+    if spec.press_class is None:
+        return None
+    try:
+        kvpress = importlib.import_module("kvpress")
+    except ImportError as error:
+        raise UnknownMethodError(f"method {spec.name!r} needs kvpress, which is not importable: {error}") from error
+    press_class = getattr(kvpress, spec.press_class, None)
+    if press_class is None:
+        version = getattr(kvpress, "__version__", "unknown")
+        raise UnknownMethodError(
+            f"method {spec.name!r} maps to kvpress.{spec.press_class}, which kvpress {version} does not provide"
+        )
+    return press_class
+
+
+def build_press(name: str, retention: float, kwargs: dict | None = None, seed: int | None = None):
+    """Instantiate the press for a method at a retention, or ``None`` for the full cache."""
+    spec = get_method(name)
+    press_class = resolve_press_class(spec)
+    if press_class is None:
+        if retention != FULL_RETENTION:
+            raise ValueError(f"{name} keeps the whole cache; its retention must be 1.0, got {retention}")
+        return None
+    options = {**spec.default_kwargs, **(kwargs or {})}
+    accepted = {f.name for f in dataclasses.fields(press_class)}
+    if "seed" in accepted and "seed" not in options and seed is not None:
+        options["seed"] = seed
+    unknown = sorted(set(options) - accepted)
+    if unknown:
+        raise UnknownMethodError(
+            f"method {name!r} ({spec.press_class}) does not accept {unknown}; accepted: {sorted(accepted)}"
+        )
+    return press_class(compression_ratio=compression_ratio_for(retention), **options)
+
+
+def attention_implementation_for(method: str, configured: str) -> str:
+    return "eager" if get_method(method).requires_eager_attention else configured
+
+
+def doctor() -> list[dict]:
+    """Which methods resolve against the installed kvpress (the ``doctor`` rule prints this)."""
+    rows = []
+    for spec in METHODS.values():
+        try:
+            press_class = resolve_press_class(spec)
+            status = "ok"
+            target = "(no press)" if press_class is None else f"kvpress.{press_class.__name__}"
+        except UnknownMethodError as error:
+            status, target = "missing", str(error)
+        rows.append({"method": spec.name, "label": spec.label, "status": status, "press": target})
+    return rows

@@ -1,0 +1,49 @@
+# Stage 2: refuse bad targets before any GPU job. Every generation job takes its check's output as
+# input, so a refused target produces nothing downstream and (with --keep-going) the others go on.
+
+
+rule check_methods:
+    output:
+        resolved="results/checks/methods.json",
+        manifest="results/checks/methods.json.manifest.json",
+    log:
+        "logs/check_methods.log",
+    params:
+        methods=config["methods"],
+        method_kwargs=config.get("method_kwargs", {}),
+    conda:
+        "../envs/generate.yaml"
+    script:
+        "../scripts/check_methods.py"
+
+
+rule check_config:
+    input:
+        methods="results/checks/methods.json",
+    output:
+        ok="results/checks/" + CELL_PATTERN + ".ok",
+    log:
+        "logs/check_config/" + CELL_PATTERN + ".log",
+    params:
+        dataset="{dataset}",
+        task="{task}",
+        model="{model}",
+        method="{method}",
+        question_mode="{question_mode}",
+        retention=wildcard_float("retention"),
+        batch_size=wildcard_int("batch_size"),
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/check_config.py"
+
+
+rule doctor:
+    output:
+        table="results/doctor/methods.tsv",
+    log:
+        "logs/doctor.log",
+    conda:
+        "../envs/generate.yaml"
+    script:
+        "../scripts/doctor.py"

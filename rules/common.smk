@@ -1,0 +1,152 @@
+# Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
+
+import json
+import os
+import re
+import sys
+
+# Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
+# this file again), so the code that ran is the code the manifest's git commit names.
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p)
+sys.path.insert(0, workflow.basedir)
+
+from kvcache_bench.checks import setting_slug
+from kvcache_bench.methods import retentions_for
+from kvcache_bench.prompts import max_new_tokens_for
+
+SEED = config["seed"]
+GENERATION = config.get("generation", {})
+QUESTION_MODES = config["question_modes"]
+SETTING_PATTERN = "retention-{retention}_batch-{batch_size}"
+CELL_PATTERN = "{dataset}/{task}/{model}/{method}/{question_mode}/" + SETTING_PATTERN
+
+
+def _alternatives(names):
+    """A wildcard regex matching exactly these names (and nothing, for an empty list)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
+
+
+HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in ("hub", "local")]
+SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
+BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
+
+
+wildcard_constraints:
+    retention=r"\d\.\d\d",
+    batch_size=r"\d+",
+    question_mode="question_aware|question_agnostic",
+    method=r"[a-z0-9_]+",
+    model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    task=r"[A-Za-z0-9_]+",
+
+
+def study_cells():
+    """Every (dataset, task, model, method, question mode, retention, batch size) the config asks for."""
+    cells = []
+    for dataset, dataset_cfg in config["datasets"].items():
+        for task in dataset_cfg["tasks"]:
+            for model in config["models"]:
+                for method in config["methods"]:
+                    for mode in QUESTION_MODES:
+                        for retention in retentions_for(method, config["retentions"]):
+                            for batch_size in config["batch_sizes"]:
+                                cells.append(
+                                    dict(
+                                        dataset=dataset,
+                                        task=task,
+                                        model=model,
+                                        method=method,
+                                        question_mode=mode,
+                                        retention=f"{retention:.2f}",
+                                        batch_size=str(batch_size),
+                                    )
+                                )
+    return cells
+
+
+def cell_path(stage, cell, suffix):
+    return f"results/{stage}/" + CELL_PATTERN.format(**cell) + suffix
+
+
+def expected_examples(cell):
+    dataset_cfg = config["datasets"][cell["dataset"]]
+    if dataset_cfg["source"] == "synthetic":
+        synthetic = dataset_cfg.get("synthetic", {})
+        available = synthetic.get("n_documents", 1) * synthetic.get("questions_per_document", 1)
+        return min(available, dataset_cfg.get("num_examples") or available)
+    return dataset_cfg.get("num_examples")
+
+
+def all_score_files():
+    return [cell_path("scores", cell, ".jsonl") for cell in study_cells()]
+
+
+def final_outputs():
+    return [
+        "results/tables/summary.csv",
+        "results/figures/quality_vs_retention.png",
+        "results/figures/quality_vs_retention.svg",
+    ]
+
+
+# ----------------------------------------------------------------------------- per-rule params
+
+
+def model_settings(wildcards):
+    model = config["models"][wildcards.model]
+    return dict(
+        path=model["path"],
+        dtype=model.get("dtype", "bfloat16"),
+        attn_implementation=model.get("attn_implementation", "sdpa"),
+        trust_remote_code=model.get("trust_remote_code", False),
+        max_context_tokens=model.get("max_context_tokens", 127500),
+        device=GENERATION.get("device", "auto"),
+    )
+
+
+def built_model_inputs(wildcards):
+    """The model directory when this workflow builds the model (the demo); nothing for hub weights."""
+    if config["models"][wildcards.model].get("build"):
+        return {"model_dir": config["models"][wildcards.model]["path"]}
+    return {}
+
+
+def max_new_tokens(wildcards):
+    return max_new_tokens_for(wildcards.task, GENERATION.get("max_new_tokens", {}).get(wildcards.task))
+
+
+def method_kwargs(wildcards):
+    return config.get("method_kwargs", {}).get(wildcards.method, {})
+
+
+def dataset_setting(key, default=None):
+    def lookup(wildcards):
+        return config["datasets"][wildcards.dataset].get(key, default)
+
+    return lookup
+
+
+def built_model_setting(key):
+    def lookup(wildcards):
+        return config["models"][wildcards.model]["build"][key]
+
+    return lookup
+
+
+def cells_for_table():
+    return [{**cell, "retention": float(cell["retention"]), "batch_size": int(cell["batch_size"])} for cell in study_cells()]
+
+
+def wildcard_float(name):
+    def convert(wildcards):
+        return float(wildcards[name])
+
+    return convert
+
+
+def wildcard_int(name):
+    def convert(wildcards):
+        return int(wildcards[name])
+
+    return convert

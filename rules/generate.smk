@@ -1,0 +1,30 @@
+# Stage 3: one generation job per cell, batch 1 unless the full cache batches (see rules/check.smk).
+
+
+rule generate:
+    input:
+        unpack(built_model_inputs),
+        rows="results/data/{dataset}/{task}.jsonl",
+        ok="results/checks/" + CELL_PATTERN + ".ok",
+    output:
+        predictions="results/predictions/" + CELL_PATTERN + ".jsonl",
+        manifest="results/predictions/" + CELL_PATTERN + ".jsonl.manifest.json",
+    log:
+        "logs/generate/" + CELL_PATTERN + ".log",
+    params:
+        task="{task}",
+        model=model_settings,
+        method="{method}",
+        retention=wildcard_float("retention"),
+        batch_size=wildcard_int("batch_size"),
+        question_mode="{question_mode}",
+        max_new_tokens=max_new_tokens,
+        method_kwargs=method_kwargs,
+        seed=SEED,
+    threads: GENERATION.get("threads", 1)
+    resources:
+        gpu=1,
+    conda:
+        "../envs/generate.yaml"
+    script:
+        "../scripts/generate.py"

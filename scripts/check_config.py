@@ -1,0 +1,12 @@
+"""Snakemake adapter: refuse a target before any GPU time is spent on it (see kvcache_bench.checks)."""
+
+from kvcache_bench.checks import Cell, check_cell
+from kvcache_bench.io import write_json_atomic
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    p = job.params
+    cell = Cell(p.dataset, p.task, p.model, p.method, p.question_mode, p.retention, p.batch_size)
+    check_cell(cell)
+    write_json_atomic(job.output.ok, {"target": cell.target, "status": "ok", "params": params_of(job)})

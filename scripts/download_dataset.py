@@ -1,0 +1,11 @@
+"""Snakemake adapter: fetch one LongBench-schema task (hub or local copy) into results/data/."""
+
+from kvcache_bench.data import load_longbench_rows, normalise_rows, write_dataset
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    p = job.params
+    rows = load_longbench_rows(p.task, dataset_name=p.dataset, hub_id=p.hub_id, local_path=p.local_path, split=p.split)
+    facts = write_dataset(normalise_rows(rows, p.task, p.num_examples), job.output.rows, params_of(job), p.seed)
+    print(f"wrote {facts['rows']} rows of {p.dataset}/{p.task} (sha256 {facts['sha256'][:12]})")

@@ -1,0 +1,27 @@
+"""Snakemake adapter: run one (dataset, task, model, method, retention, batch, question mode) cell."""
+
+import torch
+
+from kvcache_bench.engine import ModelSettings, run_cell
+from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.manifest import write_manifest
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    p = job.params
+    torch.set_num_threads(max(1, int(job.threads)))
+    records = run_cell(
+        read_jsonl(job.input.rows),
+        task=p.task,
+        model_settings=ModelSettings(**p.model),
+        method=p.method,
+        retention=p.retention,
+        batch_size=p.batch_size,
+        question_mode=p.question_mode,
+        max_new_tokens=p.max_new_tokens,
+        seed=p.seed,
+        method_kwargs=p.method_kwargs,
+    )
+    count = write_jsonl_atomic(job.output.predictions, records)
+    write_manifest(job.output.predictions, params_of(job), p.seed, extra={"records": count})

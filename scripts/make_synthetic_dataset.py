@@ -1,0 +1,11 @@
+"""Snakemake adapter: generate the demo's seeded synthetic documents in LongBench's schema."""
+
+from kvcache_bench.data import make_synthetic_rows, normalise_rows, write_dataset
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    p = job.params
+    rows = make_synthetic_rows(seed=p.seed, task=p.task, **p.generator)
+    facts = write_dataset(normalise_rows(rows, p.task, p.num_examples), job.output.rows, params_of(job), p.seed)
+    print(f"wrote {facts['rows']} synthetic rows of {p.dataset}/{p.task}")

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Create (or update) .venv with the pinned environment the pipeline and tests run in. Idempotent.
+# torch is pinned first and alone: an unpinned torch would pull a multi-GB CUDA build.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$python" -m venv .venv
+stamp=.venv/.requirements.sha256
+want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q "$(grep -E '^torch==' requirements.txt)"
+  .venv/bin/python -m pip install -q -r requirements-dev.txt
+  echo "$want" > "$stamp"
+fi
