@@ -10,7 +10,7 @@ import sys
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p)
 sys.path.insert(0, workflow.basedir)
 
-from kvcache_bench.checks import setting_slug
+from kvcache_bench.checks import Cell, problems_with
 from kvcache_bench.methods import retentions_for
 from kvcache_bench.prompts import max_new_tokens_for
 
@@ -38,10 +38,15 @@ wildcard_constraints:
     method=r"[a-z0-9_]+",
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
-    task=r"[A-Za-z0-9_]+",
+    task=r"[A-Za-z0-9_-]+",
 
 
-def study_cells():
+def batch_sizes_for(method):
+    """batch_sizes applies to every method unless batch_size_overrides names the method."""
+    return config.get("batch_size_overrides", {}).get(method, config["batch_sizes"])
+
+
+def requested_cells():
     """Every (dataset, task, model, method, question mode, retention, batch size) the config asks for."""
     cells = []
     for dataset, dataset_cfg in config["datasets"].items():
@@ -50,7 +55,7 @@ def study_cells():
                 for method in config["methods"]:
                     for mode in QUESTION_MODES:
                         for retention in retentions_for(method, config["retentions"]):
-                            for batch_size in config["batch_sizes"]:
+                            for batch_size in batch_sizes_for(method):
                                 cells.append(
                                     dict(
                                         dataset=dataset,
@@ -63,6 +68,28 @@ def study_cells():
                                     )
                                 )
     return cells
+
+
+def _is_refused(cell):
+    return bool(
+        problems_with(
+            Cell(**{**cell, "retention": float(cell["retention"]), "batch_size": int(cell["batch_size"])})
+        )
+    )
+
+
+def study_cells():
+    """The requested cells the config check accepts: only these reach tables and figures."""
+    return [cell for cell in requested_cells() if not _is_refused(cell)]
+
+
+def refused_checks():
+    """Check outputs of refused cells: requested by `all` so their check job fails loudly, naming them."""
+    return [
+        "results/checks/" + CELL_PATTERN.format(**cell) + ".ok"
+        for cell in requested_cells()
+        if _is_refused(cell)
+    ]
 
 
 def cell_path(stage, cell, suffix):
@@ -83,7 +110,7 @@ def all_score_files():
 
 
 def final_outputs():
-    return [
+    return refused_checks() + [
         "results/tables/summary.csv",
         "results/figures/quality_vs_retention.png",
         "results/figures/quality_vs_retention.svg",
