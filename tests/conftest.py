@@ -32,7 +32,7 @@ def copy_workflow(destination: Path) -> Path:
     return destination
 
 
-def run_snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+def run_snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 2400) -> subprocess.CompletedProcess:
     environment = {**os.environ, **(env or {})}
     environment.pop("PYTHONPATH", None)  # jobs must find the package through the Snakefile alone
     return subprocess.run(
