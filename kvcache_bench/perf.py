@@ -537,6 +537,54 @@ def measure_cells(
     return records
 
 
+def run_perf_job(
+    cell: PerfCell,
+    *,
+    model_settings,
+    settings: PerfSettings,
+    context_source: str,
+    rows: list[dict] | None,
+    hardware: str = "auto",
+) -> tuple[list[dict], dict]:
+    """The ``perf`` rule's work: load the model, build the context, measure one cell.
+
+    Returns the records and the job's own accounting: load time, total time, and the share of the
+    measured runs' wall time spent outside the model's forward calls.
+    """
+    from .engine import load_model, load_tokenizer, pick_device
+    from .methods import attention_implementation_for
+
+    job_start = time.perf_counter()
+    check_perf_cell(cell, settings.task)
+    torch.manual_seed(settings.seed)
+    device = pick_device(model_settings.device)
+    backend = pick_hardware(hardware, device)
+    attention = attention_implementation_for(cell.method, model_settings.attn_implementation)
+    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
+    if context_source == "dataset":
+        tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
+        context = dataset_context_ids(tokenizer, settings.task, rows or [], cell.context_tokens, settings.seed)
+    elif context_source == "filler":
+        context = filler_context_ids(cell.context_tokens, model.config.vocab_size, settings.seed + cell.context_tokens)
+    else:
+        raise ValueError(f"unknown context_source {context_source!r}; use dataset or filler")
+    loaded = time.perf_counter()
+    records = measure_cells(model, [cell], {cell.context_tokens: context}, settings, backend)
+    for record in records:
+        record["context_source"] = context_source
+    finished = time.perf_counter()
+    measured_wall = sum(r["wall_s"] for r in records)
+    accounting = {
+        "load_s": loaded - job_start,
+        "job_s": finished - job_start,
+        "measured_wall_s": measured_wall,
+        "measured_forward_s": sum(r["forward_s"] for r in records),
+        "harness_overhead_fraction": 1.0 - sum(r["forward_s"] for r in records) / measured_wall,
+        "hardware_backend": backend.backend,
+    }
+    return records, accounting
+
+
 # ----------------------------------------------------------------------------- tables
 
 
@@ -608,6 +656,100 @@ def markdown_table(summary) -> str:
             f"{number(row['kv_cache_bytes'], 1 / 2**20, 0)} | {number(row['energy_per_token_j'], 1, 2)} | "
             f"{number(row['harness_overhead_fraction'], 100, 2)}% |"
         )
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- the plan: GPU-hours before running
+
+# Stated defaults for cells no perf record covers: an 8B model in bf16 on one H100/H200-class GPU,
+# decoding batch 1 with Hugging Face's Python loop (launch-bound). Override in perf.estimate.defaults.
+ESTIMATE_DEFAULTS = {
+    "load_s": 60.0,  # loading weights and kvpress, once per job
+    "prefill_tokens_per_s": 10000.0,
+    "decode_s_per_token": 0.03,
+    "prompt_tokens": 4096,  # a generation prompt's length when the plan cannot know it
+}
+
+
+def choose_estimate_hardware(records: list[dict], gpu_name: str | None = None) -> list[dict]:
+    """The records of ONE hardware: the named GPU, else the only real GPU measured, else the fake backend."""
+    if gpu_name:
+        return [r for r in records if r.get("gpu_name") == gpu_name]
+    real = [r for r in records if r.get("hardware_backend") != "fake"]
+    if real:
+        gpus = sorted({str(r.get("gpu_name")) for r in real})
+        if len(gpus) > 1:
+            raise MixedHardwareError(
+                f"perf records from several GPU models ({', '.join(gpus)}): set perf.estimate.gpu_name to the one to plan for"
+            )
+        return real
+    return records
+
+
+def _per_run_seconds(matched: list[dict], prompt_tokens: int, new_tokens: int) -> float:
+    """Prefill scaled linearly from the nearest measured context length, plus decode at its ITL."""
+    nearest = min({r["context_tokens"] for r in matched}, key=lambda c: (abs(c - prompt_tokens), c))
+    at = [r for r in matched if r["context_tokens"] == nearest]
+    ttft = sorted(r["ttft_s"] for r in at)[len(at) // 2]
+    itl = sorted(r["itl_mean_s"] or 0.0 for r in at)[len(at) // 2]
+    return ttft * prompt_tokens / nearest + (new_tokens - 1) * itl
+
+
+def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: dict) -> tuple[float, str, int]:
+    """(GPU seconds, where the estimate came from, prompt tokens assumed) for one planned job."""
+    settings = {**ESTIMATE_DEFAULTS, **defaults}
+    prompt = job["prompt_tokens"] or min(int(settings["prompt_tokens"]), job["max_context_tokens"])
+    model = same_cost_as.get(job["model"], job["model"])
+    same_model = [r for r in records if r.get("model") == model and r.get("batch_size", 1) == job["batch_size"]]
+    exact = [r for r in same_model if r["method"] == job["method"] and abs(r["retention"] - job["retention"]) < 1e-9]
+    baseline = [r for r in same_model if r["method"] == "full_cache"]
+    if exact or baseline:
+        matched = exact or baseline
+        per_run = _per_run_seconds(matched, prompt, job["new_tokens"])
+        gpu = matched[0].get("gpu_name")
+        source = f"measured {model} on {gpu}" + ("" if exact else " (full cache)")
+    else:
+        per_run = prompt / settings["prefill_tokens_per_s"] + (job["new_tokens"] - 1) * settings["decode_s_per_token"]
+        source = "defaults"
+    return settings["load_s"] + job["runs"] * per_run, source, prompt
+
+
+def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, defaults=None, gpu_name=None, exists=None) -> str:
+    """Like ``snakemake -n``, in hours: every GPU job not yet done, its estimate, and totals per rule."""
+    import os
+
+    exists = exists or os.path.exists
+    records = choose_estimate_hardware(records, gpu_name) if records else []
+    lines, totals, done = [], {}, 0
+    header = f"{'stage':<9} {'model':<28} {'method':<19} {'kept':>5} {'batch':>5} {'runs':>5} {'tokens':>7} {'GPU-h':>8}  estimate"
+    lines.append(header)
+    for job in jobs:
+        if exists(job["output"]):
+            done += 1
+            continue
+        seconds, source, prompt = estimate_job(job, records, same_cost_as or {}, defaults or {})
+        count, hours = totals.get(job["stage"], (0, 0.0))
+        totals[job["stage"]] = (count + 1, hours + seconds / 3600)
+        tokens = prompt if job["prompt_tokens"] else f"~{prompt}"
+        lines.append(
+            f"{job['stage']:<9} {job['model']:<28} {job['method']:<19} {job['retention'] * 100:>4.0f}% {job['batch_size']:>5} "
+            f"{job['runs']:>5} {tokens!s:>7} {seconds / 3600:>8.4f}  {source}"
+        )
+    total_jobs = sum(count for count, _ in totals.values())
+    total_hours = sum(hours for _, hours in totals.values())
+    settings = {**ESTIMATE_DEFAULTS, **(defaults or {})}
+    lines += ["", "Job stats:", f"{'stage':<9} {'jobs':>6} {'GPU-hours':>10}"]
+    lines += [f"{rule:<9} {count:>6} {hours:>10.3f}" for rule, (count, hours) in sorted(totals.items())]
+    lines.append(f"{'total':<9} {total_jobs:>6} {total_hours:>10.3f}")
+    lines.append(f"Already done (not counted): {done}")
+    if records:
+        backend, gpu = records[0].get("hardware_backend"), records[0].get("gpu_name")
+        lines.append(f"Measured records: {len(records)} runs on {gpu} ({backend} backend).")
+    lines.append(
+        "Defaults where nothing was measured (perf.estimate.defaults): "
+        f"load {settings['load_s']:g} s per job, prefill {settings['prefill_tokens_per_s']:g} tokens/s, "
+        f"decode {settings['decode_s_per_token']:g} s/token, prompts of {settings['prompt_tokens']} tokens."
+    )
     return "\n".join(lines) + "\n"
 
 
