@@ -338,7 +338,7 @@ class RunTiming:
     kv_cache_bytes_final: int  # after the last decode step
     kept_tokens: float  # mean over layers of prompt positions kept after compression
     generated_tokens: int
-    last_token_ids: list[int] = field(default_factory=list)
+    token_ids: list[list[int]] = field(default_factory=list)  # per row, read back only after timing
 
 
 @torch.inference_mode()
@@ -367,6 +367,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
         forward_spans.append((before, clock.mark()))
     next_token = outputs.logits[:, -1].argmax(dim=-1, keepdim=True)
     token_marks = [clock.mark()]
+    tokens = [next_token]
     kv_after_prefill = cache_bytes(cache)
     kept = sum(cache.get_seq_length(i) for i in range(len(cache.layers))) / len(cache.layers)
     for step in range(1, new_tokens):
@@ -375,6 +376,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
         forward_spans.append((before, clock.mark()))
         next_token = outputs.logits[:, -1].argmax(dim=-1, keepdim=True)
         token_marks.append(clock.mark())
+        tokens.append(next_token)
     clock.finish()
     wall = time.perf_counter() - wall_start
     return RunTiming(
@@ -386,7 +388,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
         kv_cache_bytes_final=cache_bytes(cache),
         kept_tokens=kept,
         generated_tokens=new_tokens * batch,
-        last_token_ids=next_token.view(-1).tolist(),
+        token_ids=torch.cat(tokens, dim=1).tolist(),
     )
 
 
