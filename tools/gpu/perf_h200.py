@@ -113,7 +113,8 @@ def main(argv=None) -> int:
     shape = TINY if args.tiny else LLAMA_31_8B
     dtype = torch.float32 if args.tiny else torch.bfloat16
     model_name = "llama-3.1-8b-shape-tiny" if args.tiny else "llama-3.1-8b-shape-random"
-    hardware = pick_hardware(args.hardware, device)
+    # A reference run on a GPU must be measured by NVML: never let it fall back to the fake backend.
+    hardware = pick_hardware("nvml" if device.type == "cuda" and args.hardware == "auto" else args.hardware, device)
     model = build_random_model(shape, dtype, device, args.seed)
     log.info("built %s on %s in %.1f s (%s backend)", model_name, device, time.perf_counter() - started, hardware.backend)
 
@@ -135,9 +136,9 @@ def main(argv=None) -> int:
                  record["energy_per_token_j"], record["harness_overhead_fraction"] * 100)
 
     records = measure_cells(model, cells, contexts, settings, hardware, progress=progress)
+    write_jsonl_atomic(out / "perf_records.jsonl", records)  # first: the records survive any later failure
     summary = summarize_perf(records)
     overhead = 1.0 - sum(r["forward_s"] for r in records) / sum(r["wall_s"] for r in records)
-    write_jsonl_atomic(out / "perf_records.jsonl", records)
     summary.to_csv(out / "perf_summary.csv", index=False)
     write_text_atomic(out / "perf_table.md", markdown_table(summary))
     write_json_atomic(out / "environment.json", {

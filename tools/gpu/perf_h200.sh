@@ -4,6 +4,8 @@
 # Run from the repository root on the GPU machine, after ../shared/tools/device-wheels.sh filled .whl/:
 #   bash tools/gpu/perf_h200.sh            (records land in $OUT, or ./perf-out without one)
 # Extra arguments go to perf_h200.py (e.g. --repeats 5).
+# NVML comes from nvidia-ml-py: if the GPU image lacks it, add its (pure-Python) wheel to .whl/ first:
+#   pip download --no-deps nvidia-ml-py==13.615.71 -d .whl
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-perf-out}"
@@ -12,5 +14,6 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     export PYTHONPATH="/tmp/site:$PWD"
 fi
+python3 -c "import pynvml" 2>/dev/null || { echo "pynvml missing: pip download --no-deps nvidia-ml-py==13.615.71 -d .whl" >&2; exit 3; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv" || true
 python3 tools/gpu/perf_h200.py --out "$OUT" "$@" 2>&1 | tee "$OUT/perf_h200.log"
