@@ -76,6 +76,11 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
     manifest = json.loads(Path(f"{records_path}.manifest.json").read_text())
     assert 0 <= manifest["job"]["harness_overhead_fraction"] < 1
 
+    report = _snakemake(workdir, "perf_all", "--configfile", "perf_small.yaml", "--report", "perf_report.html")
+    assert report.returncode == 0, report.stderr[-3000:]
+    html = (workdir / "perf_report.html").read_text()
+    assert "perf_itl_vs_retention.png" in html and "Mean inter-token latency" in html
+
     after = _snakemake(workdir, "plan", "--configfile", "perf_small.yaml", "--cores", "1")
     assert after.returncode == 0, after.stderr[-3000:]
     assert "Already done (not counted): 3" in after.stdout
