@@ -25,6 +25,8 @@ include: "rules/generate.smk"
 include: "rules/score.smk"
 include: "rules/aggregate.smk"
 include: "rules/figures.smk"
+include: "rules/perf_common.smk"
+include: "rules/perf.smk"
 
 
 rule all:

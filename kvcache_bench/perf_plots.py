@@ -1,0 +1,76 @@
+"""Perf figures from the perf summary: peak memory, inter-token latency and J/token vs KV cache kept.
+
+One panel per (model, context length), one line per method, full cache as a dashed reference line.
+A figure shows ONE hardware: the fake backend and real GPUs, or two GPU models, never share one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .methods import METHODS  # noqa: E402
+from .perf import require_one_hardware  # noqa: E402
+
+# Okabe-Ito (colour-blind safe), as in the quality figures.
+PALETTE = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000", "#999999"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+
+
+def _peak_memory_gib(frame: pd.DataFrame) -> tuple[pd.Series, str]:
+    # The CUDA allocator's peak where there is one; on the fake backend (CPU) the process's peak RSS.
+    torch_peak = pd.to_numeric(frame["torch_peak_memory_bytes"], errors="coerce")
+    if torch_peak.notna().all():
+        return torch_peak / 2**30, "peak GPU memory, torch allocator (GiB)"
+    return pd.to_numeric(frame["driver_peak_memory_bytes"], errors="coerce") / 2**30, "peak memory, process RSS (GiB)"
+
+
+METRICS = {
+    "peak_memory": ("Peak memory vs KV cache kept", _peak_memory_gib),
+    "itl": ("Inter-token latency vs KV cache kept", lambda f: (f["itl_mean_s"] * 1e3, "inter-token latency, mean (ms)")),
+    "energy_per_token": (
+        "Energy per generated token vs KV cache kept",
+        lambda f: (f["energy_per_token_j"], "energy per generated token (J)"),
+    ),
+}
+
+
+def perf_vs_retention(summary: pd.DataFrame, metric: str):
+    """The figure for ``metric`` (peak_memory, itl or energy_per_token)."""
+    backend, gpu = require_one_hardware(summary, f"the {metric} figure")
+    title, values_of = METRICS[metric]
+    frame = summary.copy()
+    frame["value"], ylabel = values_of(frame)
+    panels = sorted(frame.groupby(["model", "context_tokens"]).groups)
+    n_cols = min(3, len(panels))
+    n_rows = math.ceil(len(panels) / n_cols)
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(5 * n_cols, 3.8 * n_rows), squeeze=False)
+    compressed = [m for m in METHODS if m != "full_cache" and m in set(frame["method"])]
+    for index, (model, context) in enumerate(panels):
+        ax = axes[index // n_cols][index % n_cols]
+        panel = frame[(frame["model"] == model) & (frame["context_tokens"] == context) & (frame["batch_size"] == 1)]
+        full = panel[panel["method"] == "full_cache"]
+        if not full.empty:
+            ax.axhline(full["value"].iloc[0], color="black", linestyle="--", linewidth=1.2, label=METHODS["full_cache"].label)
+        for i, method in enumerate(compressed):
+            line = panel[panel["method"] == method].sort_values("retention")
+            if not line.empty:
+                ax.plot(line["retention"] * 100, line["value"], marker=MARKERS[i % len(MARKERS)],
+                        color=PALETTE[i % len(PALETTE)], label=METHODS[method].label)
+        ax.set_xlabel("KV cache kept (% of prompt tokens)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{model} · {int(context)} tokens", fontsize=9)
+        ax.set_xlim(0, 105)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for index in range(len(panels), n_rows * n_cols):
+        axes[index // n_cols][index % n_cols].set_visible(False)
+    hardware = "FAKE hardware backend (CPU): plumbing only, not GPU costs" if backend == "fake" else gpu
+    figure.suptitle(f"{title}\n{hardware}", fontsize=10)
+    figure.tight_layout()
+    return figure

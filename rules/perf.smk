@@ -1,0 +1,136 @@
+# The performance pass (opt-in: `snakemake perf_all`): latency, memory, KV bytes and energy per
+# (model, method, retention, context length), batch 1 by default, and `snakemake plan`: the jobs still to
+# run and their estimated GPU-hours. Settings: the config's `perf:` section (schemas/config.schema.yaml).
+
+wildcard_constraints:
+    context=r"\d+",
+
+
+rule perf:
+    input:
+        unpack(perf_inputs),
+    output:
+        records=f"results/perf/{PERF_PATTERN}.jsonl",
+        manifest=f"results/perf/{PERF_PATTERN}.jsonl.manifest.json",
+    log:
+        f"logs/perf/{PERF_PATTERN}.log",
+    params:
+        model=model_settings,
+        model_name="{model}",
+        method="{method}",
+        retention=wildcard_float("retention"),
+        batch_size=wildcard_int("batch_size"),
+        context_tokens=wildcard_int("context"),
+        context_source=PERF.get("context_source", "dataset"),
+        hardware=PERF.get("hardware", "auto"),
+        settings=perf_settings,
+    threads: GENERATION.get("threads", 1)
+    resources:
+        gpu=1,
+    conda:
+        "../envs/generate.yaml"
+    script:
+        "../scripts/perf.py"
+
+
+rule perf_summary:
+    input:
+        records=perf_record_files(),
+    output:
+        summary="results/tables/perf_summary.csv",
+        manifest="results/tables/perf_summary.csv.manifest.json",
+    log:
+        "logs/perf_summary.log",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/perf_summary.py"
+
+
+rule figure_perf_peak_memory:
+    input:
+        summary="results/tables/perf_summary.csv",
+    output:
+        png=report(
+            "results/figures/perf_peak_memory_vs_retention.png",
+            caption="../report/perf_peak_memory.rst",
+            category="Figures",
+            subcategory="Performance",
+        ),
+        svg="results/figures/perf_peak_memory_vs_retention.svg",
+    log:
+        "logs/figures/perf_peak_memory_vs_retention.log",
+    params:
+        metric="peak_memory",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/perf_figure.py"
+
+
+rule figure_perf_itl:
+    input:
+        summary="results/tables/perf_summary.csv",
+    output:
+        png=report(
+            "results/figures/perf_itl_vs_retention.png",
+            caption="../report/perf_itl.rst",
+            category="Figures",
+            subcategory="Performance",
+        ),
+        svg="results/figures/perf_itl_vs_retention.svg",
+    log:
+        "logs/figures/perf_itl_vs_retention.log",
+    params:
+        metric="itl",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/perf_figure.py"
+
+
+rule figure_perf_energy_per_token:
+    input:
+        summary="results/tables/perf_summary.csv",
+    output:
+        png=report(
+            "results/figures/perf_energy_per_token_vs_retention.png",
+            caption="../report/perf_energy_per_token.rst",
+            category="Figures",
+            subcategory="Performance",
+        ),
+        svg="results/figures/perf_energy_per_token_vs_retention.svg",
+    log:
+        "logs/figures/perf_energy_per_token_vs_retention.log",
+    params:
+        metric="energy_per_token",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/perf_figure.py"
+
+
+rule perf_all:
+    input:
+        perf_outputs(),
+
+
+# No output: like `snakemake -n`, it runs whenever asked and only prints (and logs) the plan.
+rule plan:
+    log:
+        "logs/plan.log",
+    params:
+        jobs=plan_jobs(),
+        records=perf_estimate_records(),
+        same_cost_as=PERF.get("estimate", {}).get("same_cost_as", {}),
+        defaults=PERF.get("estimate", {}).get("defaults", {}),
+        gpu_name=PERF.get("estimate", {}).get("gpu_name"),
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/plan.py"
+
+
+localrules:
+    perf_all,
+    plan,

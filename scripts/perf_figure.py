@@ -1,0 +1,14 @@
+"""Snakemake adapter: one perf figure (params.metric: peak_memory, itl or energy_per_token)."""
+
+import pandas as pd
+
+from kvcache_bench.manifest import write_manifest
+from kvcache_bench.perf_plots import perf_vs_retention
+from kvcache_bench.plots import save_figure
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    figure = perf_vs_retention(pd.read_csv(job.input.summary), job.params.metric)
+    save_figure(figure, job.output.png, job.output.svg)
+    write_manifest(job.output.png, params_of(job), None)

@@ -1,0 +1,121 @@
+"""The perf pass through Snakemake on the demo (fake hardware backend), the plan, and the H200 script's --tiny run."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def _checkout_copy(destination: Path) -> Path:
+    """The working tree's tracked and untracked-but-not-ignored files (no results/, no .snakemake/)."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    for name in filter(None, listed):
+        source = REPO / name
+        if source.is_file():
+            (destination / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination / name)
+    return destination
+
+
+def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(workdir)}
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args], cwd=workdir, capture_output=True, text=True, env=env, timeout=900
+    )
+
+
+@pytest.fixture(scope="module")
+def small_perf_study(tmp_path_factory):
+    workdir = _checkout_copy(tmp_path_factory.mktemp("perf_workflow"))
+    config = yaml.safe_load((workdir / "config/demo.yaml").read_text())
+    config["perf"].update(context_lengths=[64], methods=["full_cache", "knorm"], retentions=[0.5], batch_sizes=[1, 2],
+                          new_tokens=4, warmup=1, repeats=2)
+    (workdir / "perf_small.yaml").write_text(yaml.safe_dump(config))
+    return workdir
+
+
+def test_plan_then_perf_all_then_plan_again(small_perf_study):
+    workdir = small_perf_study
+    before = _snakemake(workdir, "plan", "--configfile", "perf_small.yaml", "--cores", "1")
+    assert before.returncode == 0, before.stderr[-3000:]
+    perf_lines = [line for line in before.stdout.splitlines() if line.startswith("perf ") and "demo-tiny-llama" in line]
+    # full cache at batch 1 and 2, knorm at batch 1; knorm at batch 2 is refused, so never planned.
+    assert len(perf_lines) == 3 and all(line.endswith("defaults") for line in perf_lines)
+    assert "generate      25" in before.stdout and "Already done (not counted): 0" in before.stdout
+
+    run = _snakemake(workdir, "perf_all", "--configfile", "perf_small.yaml", "--cores", "2", "--keep-going")
+    assert run.returncode != 0  # the refused cell's check fails, loudly ...
+    check_log = (workdir / "logs/check_config/synthetic/synthetic_qa/demo-tiny-llama/knorm/question_aware/retention-0.50_batch-2.log").read_text()
+    assert "padding collapse" in check_log
+    # ... and the accepted cells still produce the table and figures (--keep-going).
+    assert not (workdir / "results/perf/synthetic/synthetic_qa/demo-tiny-llama/knorm/context-64/retention-0.50_batch-2.jsonl").exists()
+    with open(workdir / "results/tables/perf_summary.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert sorted((r["method"], r["batch_size"]) for r in rows) == [("full_cache", "1"), ("full_cache", "2"), ("knorm", "1")]
+    assert {r["hardware_backend"] for r in rows} == {"fake"} and {r["repeats"] for r in rows} == {"2"}
+    for name in ("peak_memory", "itl", "energy_per_token"):
+        for ext in ("png", "svg"):
+            assert (workdir / f"results/figures/perf_{name}_vs_retention.{ext}").stat().st_size > 1000
+    records_path = workdir / "results/perf/synthetic/synthetic_qa/demo-tiny-llama/knorm/context-64/retention-0.50_batch-1.jsonl"
+    records = [json.loads(line) for line in records_path.read_text().splitlines()]
+    assert len(records) == 2 and {r["generated_tokens"] for r in records} == {4}
+    assert {r["kept_tokens"] for r in records} == {32.0} and {r["context_source"] for r in records} == {"dataset"}
+    manifest = json.loads(Path(f"{records_path}.manifest.json").read_text())
+    assert 0 <= manifest["job"]["harness_overhead_fraction"] < 1
+
+    report = _snakemake(workdir, "perf_all", "--configfile", "perf_small.yaml", "--report", "perf_report.html")
+    assert report.returncode == 0, report.stderr[-3000:]
+    html = (workdir / "perf_report.html").read_text()
+    assert "perf_itl_vs_retention.png" in html and "Mean inter-token latency" in html
+
+    after = _snakemake(workdir, "plan", "--configfile", "perf_small.yaml", "--cores", "1")
+    assert after.returncode == 0, after.stderr[-3000:]
+    assert "Already done (not counted): 3" in after.stdout
+    assert "measured demo-tiny-llama on none (fake backend)" in after.stdout
+    assert "Measured records: 6 runs on none (fake backend) (fake backend)." in after.stdout
+
+
+def test_the_default_demo_targets_do_not_include_perf(small_perf_study):
+    dry = _snakemake(small_perf_study, "-n", "--configfile", "config/demo.yaml", "--cores", "1")
+    assert dry.returncode == 0, dry.stderr[-3000:]
+    assert "rule perf:" not in dry.stdout and "perf_summary" not in dry.stdout
+
+
+def test_h200_script_runs_tiny_on_cpu(tmp_path):
+    sys.path.insert(0, str(REPO / "tools/gpu"))
+    try:
+        import perf_h200
+    finally:
+        sys.path.remove(str(REPO / "tools/gpu"))
+    shape = perf_h200.LLAMA_31_8B  # Llama-3.1-8B's config.json, the shape the reference records claim
+    assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"], shape["num_key_value_heads"],
+            shape["intermediate_size"], shape["vocab_size"]) == (4096, 32, 32, 8, 14336, 128256)
+    assert shape["rope_parameters"] == {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                        "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+    result = subprocess.run(
+        [sys.executable, str(REPO / "tools/gpu/perf_h200.py"), "--tiny", "--out", str(tmp_path),
+         "--repeats", "1", "--new-tokens", "3"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (tmp_path / "perf_records.jsonl").read_text().splitlines()]
+    cells = {(r["method"], r["retention"], r["context_tokens"]) for r in records}
+    assert len(records) == len(cells) == 14  # 2 contexts x (full cache + 3 methods x 2 retentions)
+    assert {r["hardware_backend"] for r in records} == {"fake"} and {r["generated_tokens"] for r in records} == {3}
+    environment = json.loads((tmp_path / "environment.json").read_text())
+    assert environment["weights"].startswith("random init") and environment["shape"]["hidden_size"] == 64
+    assert "| 256 | SnapKV | 10% |" in (tmp_path / "perf_table.md").read_text()

@@ -1,0 +1,166 @@
+"""The reference performance pass: a random-init model of Llama-3.1-8B's exact shape on one GPU.
+
+Built directly on the GPU in bf16 (no download, nothing saved), fed seeded filler contexts of exactly
+4k and 16k tokens, it measures full cache and snapkv / streaming_llm / knorm at 50% and 10% retention
+with the same code as the pipeline's perf rule (kvcache_bench.perf). The weights are random: the
+records are cost figures (latency, memory, KV bytes, energy), never quality.
+
+    python tools/gpu/perf_h200.py --out "$OUT"            # on the GPU (tools/gpu/perf_h200.sh)
+    python tools/gpu/perf_h200.py --tiny --out /tmp/perf  # a 2-layer stand-in on CPU, in seconds
+
+Writes perf_records.jsonl (one record per measured run), perf_summary.csv (median per cell),
+perf_table.md (the README's table) and environment.json under --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from kvcache_bench.engine import pick_device  # noqa: E402
+from kvcache_bench.io import write_json_atomic, write_jsonl_atomic, write_text_atomic  # noqa: E402
+from kvcache_bench.manifest import git_commit, package_versions  # noqa: E402
+from kvcache_bench.perf import (  # noqa: E402
+    PerfCell,
+    PerfSettings,
+    filler_context_ids,
+    markdown_table,
+    measure_cells,
+    pick_hardware,
+    summarize_perf,
+)
+
+log = logging.getLogger("perf_h200")
+
+# meta-llama/Llama-3.1-8B(-Instruct) config.json, field for field (minus the token ids it does not need).
+LLAMA_31_8B = dict(
+    hidden_size=4096,
+    intermediate_size=14336,
+    num_hidden_layers=32,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    vocab_size=128256,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=False,
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 500000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+)
+# --tiny: the same family and rope scaling, small enough for a CPU test.
+TINY = {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000}
+
+METHODS = ["full_cache", "snapkv", "streaming_llm", "knorm"]
+RETENTIONS = [0.5, 0.1]
+
+
+def build_random_model(shape: dict, dtype: torch.dtype, device: torch.device, seed: int):
+    """Random init straight on the device: 16 GB of bf16 weights never touch the host or the disk."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(**shape)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
+    if next(model.parameters()).device.type != device.type:  # a transformers that ignores the device context
+        model = model.to(device)
+    return model.eval()
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="folder for the records (e.g. $OUT)")
+    parser.add_argument("--tiny", action="store_true", help="2-layer stand-in, float32, CPU-sized contexts")
+    parser.add_argument("--contexts", type=lambda s: [int(x) for x in s.split(",")], default=None)
+    parser.add_argument("--methods", type=lambda s: s.split(","), default=METHODS)
+    parser.add_argument("--retentions", type=lambda s: [float(x) for x in s.split(",")], default=RETENTIONS)
+    parser.add_argument("--new-tokens", type=int, default=None)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--hardware", default="auto", choices=["auto", "nvml", "fake"])
+    parser.add_argument("--power-hz", type=float, default=20.0)
+    args = parser.parse_args(argv)
+    args.contexts = args.contexts or ([128, 256] if args.tiny else [4096, 16384])
+    args.new_tokens = args.new_tokens or (8 if args.tiny else 64)
+    args.repeats = args.repeats or (2 if args.tiny else 3)
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stdout)
+    started = time.perf_counter()
+    device = pick_device(args.device)
+    shape = TINY if args.tiny else LLAMA_31_8B
+    dtype = torch.float32 if args.tiny else torch.bfloat16
+    model_name = "llama-3.1-8b-shape-tiny" if args.tiny else "llama-3.1-8b-shape-random"
+    # A reference run on a GPU must be measured by NVML: never let it fall back to the fake backend.
+    hardware = pick_hardware("nvml" if device.type == "cuda" and args.hardware == "auto" else args.hardware, device)
+    model = build_random_model(shape, dtype, device, args.seed)
+    log.info("built %s on %s in %.1f s (%s backend)", model_name, device, time.perf_counter() - started, hardware.backend)
+
+    cells = [
+        PerfCell(model_name, method, retention, context)
+        for context in args.contexts
+        for method in args.methods
+        for retention in ([1.0] if method == "full_cache" else args.retentions)
+    ]
+    contexts = {length: filler_context_ids(length, shape["vocab_size"], args.seed + length) for length in args.contexts}
+    settings = PerfSettings(new_tokens=args.new_tokens, warmup=args.warmup, repeats=args.repeats, seed=args.seed,
+                            power_sample_hz=args.power_hz)
+
+    def progress(record):
+        log.info("%-14s %4.2f ctx=%-6d ttft=%7.1f ms itl=%6.2f ms kv=%8.1f MiB peak=%s J/tok=%.3f overhead=%.2f%%",
+                 record["method"], record["retention"], record["context_tokens"], record["ttft_s"] * 1e3,
+                 record["itl_mean_s"] * 1e3, record["kv_cache_bytes"] / 2**20,
+                 f"{record['torch_peak_memory_bytes'] / 2**30:.2f} GiB" if record["torch_peak_memory_bytes"] else "n/a",
+                 record["energy_per_token_j"], record["harness_overhead_fraction"] * 100)
+
+    records = measure_cells(model, cells, contexts, settings, hardware, progress=progress)
+    write_jsonl_atomic(out / "perf_records.jsonl", records)  # first: the records survive any later failure
+    summary = summarize_perf(records)
+    overhead = 1.0 - sum(r["forward_s"] for r in records) / sum(r["wall_s"] for r in records)
+    summary.to_csv(out / "perf_summary.csv", index=False)
+    write_text_atomic(out / "perf_table.md", markdown_table(summary))
+    write_json_atomic(out / "environment.json", {
+        **hardware.describe(),
+        "device": str(device),
+        "torch_cuda": torch.version.cuda,
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "model": model_name,
+        "shape": shape,
+        "dtype": str(dtype).replace("torch.", ""),
+        "weights": "random init (seeded): cost figures only, no quality",
+        "context_source": "seeded random token ids (filler)",
+        "settings": vars(args) | {"out": None},
+        "total_seconds": time.perf_counter() - started,
+        "harness_overhead_fraction": overhead,
+    })
+    log.info("done: %d measured runs of %d cells in %.1f s; harness overhead %.2f%% of measured wall time",
+             len(records), len(cells), time.perf_counter() - started, overhead * 100)
+    sys.stdout.write(markdown_table(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
