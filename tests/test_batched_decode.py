@@ -1,0 +1,126 @@
+"""Prefill one, decode many: greedy outputs must equal the batch-1 engine's, token for token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvcache_bench import engine
+from kvcache_bench.batched_decode import DecodePath, generate_prefill_one_decode_many
+from kvcache_bench.methods import METHODS, attention_implementation_for, build_press
+from kvcache_bench.prompts import PromptTokens
+
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "resources" / "demo" / "model_config.json"
+VOCAB = 256
+STOP = {2}
+NEW_TOKENS = 6
+# (context, question) lengths: every row of a batch is padded differently
+SHAPES = [(80, 8), (290, 12), (150, 5), (200, 16)]
+_models: dict[str, torch.nn.Module] = {}
+
+
+def demo_shaped_llama(attn_implementation: str):
+    """The demo model's shape (2 layers, GQA 4 heads / 2 KV heads), random weights, fp32."""
+    if attn_implementation not in _models:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        settings = json.loads(DEMO_CONFIG.read_text())
+        settings.update(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        config = LlamaConfig(**settings)
+        config._attn_implementation = attn_implementation
+        torch.manual_seed(0)
+        _models[attn_implementation] = LlamaForCausalLM(config).eval()
+    return _models[attn_implementation]
+
+
+def random_prompts(shapes=SHAPES, seed: int = 1) -> list[PromptTokens]:
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    for context, question in shapes:
+        ids = torch.randint(3, VOCAB, (context + question,), generator=generator).tolist()
+        prompts.append(PromptTokens([1] + ids[1:context], ids[context:], False, context + question))
+    return prompts
+
+
+def press_for(method: str):
+    return build_press(method, 1.0 if not METHODS[method].evicts else 0.5, seed=0)
+
+
+def engine_tokens(model, prompts, method, question_aware, stop_ids=STOP, new_tokens=NEW_TOKENS):
+    press = press_for(method)
+    return [engine.generate_one(model, p, press, question_aware, new_tokens, stop_ids).token_ids for p in prompts]
+
+
+def batched(model, prompts, method, question_aware, decode_batch_size, stop_ids=STOP, new_tokens=NEW_TOKENS):
+    generations, path = generate_prefill_one_decode_many(
+        model, prompts, press_for(method), question_aware, new_tokens, stop_ids, decode_batch_size
+    )
+    return [g.token_ids for g in generations], path
+
+
+def _pre_issue3_engine_cannot(method: str, question_aware: bool) -> bool:
+    # The engine before the shared-context rewrite appends the question as one block, which fails on
+    # layers of unequal length (PyramidKV); the rewritten engine appends it token by token, as we do.
+    return method == "pyramidkv" and not question_aware and not hasattr(engine, "prefill")
+
+
+@pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_decode_batches_match_the_batch_one_engine(method, question_aware):
+    model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
+    prompts = random_prompts()
+    if _pre_issue3_engine_cannot(method, question_aware):
+        with pytest.raises(RuntimeError):
+            engine_tokens(model, prompts, method, question_aware)
+        pytest.xfail("reference engine cannot run PyramidKV question-agnostic before the issue-3 merge")
+    expected = engine_tokens(model, prompts, method, question_aware)
+    for decode_batch_size in (1, 3, 8):
+        tokens, path = batched(model, prompts, method, question_aware, decode_batch_size)
+        assert tokens == expected, f"decode batch {decode_batch_size}"
+        assert path == DecodePath(decode_batch_size, min(decode_batch_size, len(prompts)), None)
+
+
+def test_pyramidkv_layers_of_unequal_length_decode_together():
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    generations, path = generate_prefill_one_decode_many(model, prompts, press_for("pyramidkv"), True, NEW_TOKENS, STOP, 8)
+    from kvcache_bench.batched_decode import prefill_prompt
+
+    lengths = {tuple(k.shape[-2] for k in prefill_prompt(model, prompts[1], press_for("pyramidkv"), True).keys)}
+    assert len(set(next(iter(lengths)))) > 1, "the test needs a press keeping different counts per layer"
+    assert path.effective_decode_batch_size == len(prompts) and path.fallback is None
+    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "pyramidkv", True)
+
+
+def test_rows_stop_on_their_own():
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    free = engine_tokens(model, prompts, "snapkv", True, stop_ids=set(), new_tokens=8)
+    stop_ids = {free[1][2], free[3][4]}  # rows 1 and 3 (at least) stop early, others may run on
+    expected = engine_tokens(model, prompts, "snapkv", True, stop_ids=stop_ids, new_tokens=8)
+    assert sorted({len(t) for t in expected}) != [8], "some row must stop before the limit"
+    assert len({len(t) for t in expected}) > 1, "rows must stop at different steps"
+    tokens, _ = batched(model, prompts, "snapkv", True, 8, stop_ids=stop_ids, new_tokens=8)
+    assert tokens == expected
+
+
+def test_a_press_that_masks_keys_per_head_falls_back_to_batch_one_and_says_so():
+    from kvpress import AdaKVPress, SnapKVPress
+
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts(SHAPES[:3])
+    expected = [engine.generate_one(model, p, AdaKVPress(SnapKVPress(0.5)), True, NEW_TOKENS, STOP).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(model, prompts, AdaKVPress(SnapKVPress(0.5)), True, NEW_TOKENS, STOP, 3)
+    assert [g.token_ids for g in generations] == expected
+    assert path.effective_decode_batch_size == 1
+    assert "per head" in path.fallback
+    assert path.record() == {"decode_batch_size": 3, "effective_decode_batch_size": 1, "decode_fallback": path.fallback}
+
+
+def test_model_attention_is_restored_after_batched_decoding():
+    model = demo_shaped_llama("sdpa")
+    batched(model, random_prompts(SHAPES[:2]), "snapkv", True, 2)
+    assert model.config._attn_implementation == "sdpa"
