@@ -136,14 +136,48 @@ def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool) -> 
     return prefilled
 
 
-def prefilled_from_cache(model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int) -> PrefilledPrompt:
-    """Snapshot a prefilled batch-1 cache (e.g. before a shared-context cache is rolled back for the next question)."""
+def prefilled_from_cache(
+    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, copy: bool = True
+) -> PrefilledPrompt:
+    """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
+
+    Raises ValueError for a cache that cannot be stacked into a batch.
+    """
     obstacle = _stacking_obstacle(model, cache)
     if obstacle is not None:
         raise ValueError(obstacle)
-    keys = [layer.keys.clone() for layer in cache.layers]
-    values = [layer.values.clone() for layer in cache.layers]
+    keys = [layer.keys.clone() if copy else layer.keys for layer in cache.layers]
+    values = [layer.values.clone() if copy else layer.values for layer in cache.layers]
     return PrefilledPrompt(keys, values, last_logits.clone(), prompt_tokens, kept_tokens, pressed_tokens, 0.0)
+
+
+@torch.inference_mode()
+def prefill_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
+    """Question-agnostic prefill of several questions on one context: compress the context once.
+
+    After each question the cache is cut back to the compressed context, so every question sees exactly
+    what compressing the context for it alone would give. The compression's time is shared equally.
+    """
+    from transformers import DynamicCache
+
+    start = time.perf_counter()
+    cache = DynamicCache()
+    context_logits = _forward_block(model, cache, context_ids, 0, press)
+    compressed = cache_lengths(cache)
+    kept = sum(compressed) / len(compressed)
+    _synchronize(model.device)
+    compress_seconds = (time.perf_counter() - start) / max(1, len(questions))
+    prefilled = []
+    for question_ids in questions:
+        started = time.perf_counter()
+        for layer, length in zip(cache.layers, compressed):
+            layer.crop(length)
+        logits = _forward_block(model, cache, question_ids, len(context_ids)) if question_ids else context_logits
+        snapshot = prefilled_from_cache(model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids))
+        _synchronize(model.device)
+        snapshot.seconds = compress_seconds + time.perf_counter() - started
+        prefilled.append(snapshot)
+    return prefilled
 
 
 def _layer_masked_attention(base):
@@ -333,7 +367,7 @@ def generate_prefill_one_decode_many(
             generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start)
             largest_batch = max(largest_batch, 1)
             continue
-        prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed)
+        prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False)
         del cache
         _synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start

@@ -144,3 +144,17 @@ def test_h200_script_runs_tiny_on_cpu(tmp_path):
     assert record["speedup_examples_per_s"] == pytest.approx(
         record["batch_many"]["examples_per_s"] / record["batch_1"]["examples_per_s"]
     )
+
+
+@pytest.mark.parametrize("method", ["snapkv", "knorm"])
+def test_shared_context_compressed_once_decodes_like_each_question_alone(method):
+    from kvcache_bench.batched_decode import decode_together, prefill_shared_context
+
+    model = demo_shaped_llama("sdpa")
+    context = random_prompts([(250, 0)])[0].context_ids
+    questions = [q.question_ids for q in random_prompts([(1, 6), (1, 15), (1, 9)], seed=7)]
+    prompts = [PromptTokens(context, q, False, len(context) + len(q)) for q in questions]
+    expected = engine_tokens(model, prompts, method, question_aware=False)
+    prefilled = prefill_shared_context(model, context, questions, press_for(method))
+    assert [p.prompt_tokens for p in prefilled] == [len(context) + len(q) for q in questions]
+    assert decode_together(model, prefilled, NEW_TOKENS, STOP) == expected
