@@ -22,6 +22,15 @@ SHAPES = [(80, 8), (290, 12), (150, 5), (200, 16)]
 _models: dict[str, torch.nn.Module] = {}
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # A 64-wide model gains nothing from intra-op threads; on a shared 2-core runner they triple the time.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def demo_shaped_llama(attn_implementation: str):
     """The demo model's shape (2 layers, GQA 4 heads / 2 KV heads), random weights, fp32."""
     if attn_implementation not in _models:
