@@ -99,11 +99,15 @@ def _stacking_obstacle(model, cache) -> str | None:
     return None
 
 
-def _prefill_alone(model, prompt: PromptTokens, press, question_aware: bool):
-    """The batch-1 engine's prefill: (cache, last logits, kept tokens after compression, pressed tokens)."""
+def _dynamic_cache():
     from transformers import DynamicCache
 
-    cache = DynamicCache()
+    return DynamicCache()
+
+
+def _prefill_alone(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache):
+    """The batch-1 engine's prefill: (cache, last logits, kept tokens after compression, pressed tokens)."""
+    cache = make_cache()
     if question_aware:
         pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
     else:
@@ -121,7 +125,7 @@ def _synchronize(device: torch.device) -> None:
 
 
 @torch.inference_mode()
-def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool) -> PrefilledPrompt:
+def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache) -> PrefilledPrompt:
     """Prefill (and compress) one example alone: no other example's tokens reach the press.
 
     question_aware: context + question pressed together. question_agnostic: the context is pressed, then
@@ -129,7 +133,7 @@ def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool) -> 
     cannot be stacked into a batch.
     """
     start = time.perf_counter()
-    cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware)
+    cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware, make_cache)
     prefilled = prefilled_from_cache(model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed)
     _synchronize(model.device)
     prefilled.seconds = time.perf_counter() - start
@@ -329,9 +333,11 @@ def generate_prefill_one_decode_many(
     stop_ids: set[int],
     decode_batch_size: int,
     min_new_tokens: int = 0,
+    make_cache=_dynamic_cache,
 ) -> tuple[list[Generation], DecodePath]:
     """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
 
+    ``make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
     An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
     """
     if decode_batch_size < 1:
@@ -357,7 +363,7 @@ def generate_prefill_one_decode_many(
     for index, prompt in enumerate(prompts):
         start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
-        cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware)
+        cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware, make_cache)
         obstacle = _stacking_obstacle(model, cache) if decode_batch_size > 1 else None
         if decode_batch_size == 1 or obstacle is not None:  # decoded alone, from the cache it already has
             if obstacle is not None:

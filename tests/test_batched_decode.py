@@ -20,6 +20,8 @@ NEW_TOKENS = 6
 # (context, question) lengths: every row of a batch is padded differently
 SHAPES = [(80, 8), (290, 12), (150, 5), (200, 16)]
 _models: dict[str, torch.nn.Module] = {}
+# Methods that change the cache type (KV quantisation) are not stacked; see the fallback test below.
+BATCHABLE_METHODS = sorted(name for name, spec in METHODS.items() if getattr(spec, "kv_cache_bits", None) is None)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -77,7 +79,7 @@ def _pre_issue3_engine_cannot(method: str, question_aware: bool) -> bool:
 
 
 @pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
-@pytest.mark.parametrize("method", sorted(METHODS))
+@pytest.mark.parametrize("method", BATCHABLE_METHODS)
 def test_decode_batches_match_the_batch_one_engine(method, question_aware):
     model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
     prompts = random_prompts()
@@ -167,3 +169,32 @@ def test_shared_context_compressed_once_decodes_like_each_question_alone(method)
     prefilled = prefill_shared_context(model, context, questions, press_for(method))
     assert [p.prompt_tokens for p in prefilled] == [len(context) + len(q) for q in questions]
     assert decode_together(model, prefilled, NEW_TOKENS, STOP) == expected
+
+
+def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
+    import inspect
+
+    from transformers import QuantizedCache
+
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts(SHAPES[:3])
+
+    made = []
+
+    def make_cache():
+        made.append(1)
+        return QuantizedCache(backend="quanto", config=model.config, nbits=4, residual_length=16, q_group_size=16)
+
+    def run(decode_batch_size):
+        generations, path = generate_prefill_one_decode_many(
+            model, prompts, None, True, NEW_TOKENS, STOP, decode_batch_size, make_cache=make_cache
+        )
+        return [g.token_ids for g in generations], path
+
+    alone, _ = run(1)
+    tokens, path = run(3)
+    assert tokens == alone
+    assert path.effective_decode_batch_size == 1 and "QuantizedCache" in path.fallback
+    assert len(made) == 2 * len(prompts), "every example must be prefilled into a cache from make_cache"
+    if "make_cache" in inspect.signature(engine.generate_one).parameters:
+        assert tokens == [engine.generate_one(model, p, None, True, NEW_TOKENS, STOP, make_cache=make_cache).token_ids for p in prompts]
