@@ -198,3 +198,25 @@ def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
     assert len(made) == 2 * len(prompts), "every example must be prefilled into a cache from make_cache"
     if "make_cache" in inspect.signature(engine.generate_one).parameters:
         assert tokens == [engine.generate_one(model, p, None, True, NEW_TOKENS, STOP, make_cache=make_cache).token_ids for p in prompts]
+
+
+def test_min_new_tokens_blocks_early_stops_in_every_row():
+    import inspect
+
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    free = engine_tokens(model, prompts, "snapkv", True, stop_ids=set())
+    stop_ids = {free[0][0], free[2][1]}  # would stop rows 0 and 2 at their first or second token
+
+    def run(decode_batch_size):
+        generations, _ = generate_prefill_one_decode_many(
+            model, prompts, press_for("snapkv"), True, NEW_TOKENS, stop_ids, decode_batch_size, min_new_tokens=3
+        )
+        return [g.token_ids for g in generations]
+
+    alone = run(1)
+    assert all(len(t) >= 3 for t in alone) and alone != free
+    assert run(4) == alone
+    if "min_new_tokens" in inspect.signature(engine.generate_one).parameters:
+        press = press_for("snapkv")
+        assert alone == [engine.generate_one(model, p, press, True, NEW_TOKENS, stop_ids, min_new_tokens=3).token_ids for p in prompts]
