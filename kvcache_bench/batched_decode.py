@@ -1,0 +1,385 @@
+"""Batching that cannot see padding: prefill (and compress) each example alone, then decode many together.
+
+Batched prefill left-pads prompts, and a press ranks the pad positions alongside real tokens (the
+SnapKV 48.3 -> 15.7 F1 collapse), so it stays refused with eviction. Here no pad token ever reaches a
+press: every example is prefilled and compressed on its own, exactly as the batch-1 engine does. Only
+then are the compressed caches stacked into one batch cache for greedy decoding:
+
+  * each layer is left-padded to the longest row *of that layer* (PyramidKV keeps different counts per
+    layer), and every layer gets its own key mask over the real compressed slots. Transformers builds one
+    mask for all layers, so decoding swaps in a registered attention function that reads the layer's own
+    mask (see ``_layer_masked_attention``);
+  * each row's new tokens sit at RoPE positions continuing at that example's ORIGINAL prompt length, not
+    at the padded or compressed cache length;
+  * a row stops on its own stop token or length limit; finished rows leave the batch, so they neither
+    change nor cost anything.
+
+Greedy token ids equal the batch-1 engine's (``tests/test_batched_decode.py``). Caches that cannot be
+stacked (a quantised cache, a press that masks keys per head) fall back to batch-1 decoding, and the
+``DecodePath`` that goes into every record says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .engine import Generation, cache_lengths
+from .prompts import PromptTokens
+
+LAYER_MASKS_KWARG = "kvbench_layer_masks"
+_ATTENTION_PREFIX = "kvbench_layer_masked_"
+
+
+@dataclass
+class PrefilledPrompt:
+    """One example after its own (compressing) prefill: what decoding needs, detached from any cache object."""
+
+    keys: list[torch.Tensor]  # per layer [1, kv_heads, kept_l, head_dim], question block included
+    values: list[torch.Tensor]
+    last_logits: torch.Tensor  # [1, vocab]: the logits the first generated token is taken from
+    prompt_tokens: int  # original prompt length: where the RoPE positions of generated tokens start
+    kept_tokens: float  # mean over layers of positions left right after compression
+    pressed_tokens: int  # tokens the press saw
+    seconds: float  # prefill wall time
+
+
+@dataclass(frozen=True)
+class DecodePath:
+    """Which decode path produced a record (goes into every prediction record)."""
+
+    decode_batch_size: int  # requested
+    effective_decode_batch_size: int  # largest batch actually decoded together in this cell
+    fallback: str | None  # why some examples were decoded at batch 1, if any
+
+    def record(self) -> dict:
+        return {
+            "decode_batch_size": self.decode_batch_size,
+            "effective_decode_batch_size": self.effective_decode_batch_size,
+            "decode_fallback": self.fallback,
+        }
+
+
+def _press_context(press, model):
+    return press(model) if press is not None else contextlib.nullcontext()
+
+
+def _forward_block(model, cache, token_ids: list[int], start_position: int, press=None) -> torch.Tensor:
+    """Run ``token_ids`` at positions start_position.. into ``cache``; the last position's logits."""
+    device = model.device
+    if press is None and len(token_ids) > 1 and len(set(cache_lengths(cache))) > 1:
+        # Layers of unequal length (PyramidKV) break the one causal mask a block of queries needs;
+        # one token at a time needs no mask and computes the same attention.
+        for offset, token in enumerate(token_ids):
+            logits = _forward_block(model, cache, [token], start_position + offset)
+        return logits
+    positions = torch.arange(start_position, start_position + len(token_ids), device=device).unsqueeze(0)
+    with _press_context(press, model):
+        outputs = model(
+            input_ids=torch.tensor([token_ids], device=device),
+            past_key_values=cache,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    return outputs.logits[:, -1]
+
+
+def _stacking_obstacle(model, cache) -> str | None:
+    from transformers import DynamicCache
+
+    if type(cache) is not DynamicCache:
+        return f"{type(cache).__name__} cannot be stacked into a batch"
+    for module in model.modules():
+        if getattr(module, "masked_key_indices", None) is not None:
+            return "the press masks keys per head (kept count differs across heads of a layer)"
+    return None
+
+
+def _dynamic_cache():
+    from transformers import DynamicCache
+
+    return DynamicCache()
+
+
+def _prefill_alone(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache):
+    """The batch-1 engine's prefill: (cache, last logits, kept tokens after compression, pressed tokens)."""
+    cache = make_cache()
+    if question_aware:
+        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
+    else:
+        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
+    last_logits = _forward_block(model, cache, pressed_ids, 0, press)
+    kept = sum(cache_lengths(cache)) / len(cache.layers)
+    if trailing_ids:
+        last_logits = _forward_block(model, cache, trailing_ids, len(pressed_ids))
+    return cache, last_logits, kept, len(pressed_ids)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@torch.inference_mode()
+def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache) -> PrefilledPrompt:
+    """Prefill (and compress) one example alone: no other example's tokens reach the press.
+
+    question_aware: context + question pressed together. question_agnostic: the context is pressed, then
+    the question is appended uncompressed at its original positions. Raises ValueError for a cache that
+    cannot be stacked into a batch.
+    """
+    start = time.perf_counter()
+    cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware, make_cache)
+    prefilled = prefilled_from_cache(model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed)
+    _synchronize(model.device)
+    prefilled.seconds = time.perf_counter() - start
+    return prefilled
+
+
+def prefilled_from_cache(
+    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, copy: bool = True
+) -> PrefilledPrompt:
+    """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
+
+    Raises ValueError for a cache that cannot be stacked into a batch.
+    """
+    obstacle = _stacking_obstacle(model, cache)
+    if obstacle is not None:
+        raise ValueError(obstacle)
+    keys = [layer.keys.clone() if copy else layer.keys for layer in cache.layers]
+    values = [layer.values.clone() if copy else layer.values for layer in cache.layers]
+    return PrefilledPrompt(keys, values, last_logits.clone(), prompt_tokens, kept_tokens, pressed_tokens, 0.0)
+
+
+@torch.inference_mode()
+def prefill_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
+    """Question-agnostic prefill of several questions on one context: compress the context once.
+
+    After each question the cache is cut back to the compressed context, so every question sees exactly
+    what compressing the context for it alone would give. The compression's time is shared equally.
+    """
+    from transformers import DynamicCache
+
+    start = time.perf_counter()
+    cache = DynamicCache()
+    context_logits = _forward_block(model, cache, context_ids, 0, press)
+    compressed = cache_lengths(cache)
+    kept = sum(compressed) / len(compressed)
+    _synchronize(model.device)
+    compress_seconds = (time.perf_counter() - start) / max(1, len(questions))
+    prefilled = []
+    for question_ids in questions:
+        started = time.perf_counter()
+        for layer, length in zip(cache.layers, compressed):
+            layer.crop(length)
+        logits = _forward_block(model, cache, question_ids, len(context_ids)) if question_ids else context_logits
+        snapshot = prefilled_from_cache(model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids))
+        _synchronize(model.device)
+        snapshot.seconds = compress_seconds + time.perf_counter() - started
+        prefilled.append(snapshot)
+    return prefilled
+
+
+def _layer_masked_attention(base):
+    """Attention that ignores the model's one mask and takes this layer's mask from the call's kwargs."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.models.llama.modeling_llama import eager_attention_forward
+
+    def attention(module, query, key, value, attention_mask, *args, **kwargs):
+        layer_masks = kwargs.pop(LAYER_MASKS_KWARG)
+        mask = layer_masks[module.layer_idx][..., : key.shape[-2]]
+        implementation = eager_attention_forward if base == "eager" else ALL_ATTENTION_FUNCTIONS[base]
+        if base == "eager":
+            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                ~mask, torch.finfo(query.dtype).min
+            )
+        return implementation(module, query, key, value, mask, *args, **kwargs)
+
+    return attention
+
+
+@contextlib.contextmanager
+def _per_layer_masks(model):
+    """Route the model's attention through ``_layer_masked_attention`` for the duration of batched decoding.
+
+    The registered name is unknown to transformers' mask builders, so the model builds no mask of its own.
+    """
+    from transformers.modeling_utils import AttentionInterface
+
+    base = model.config._attn_implementation
+    if base not in ("sdpa", "eager"):
+        raise ValueError(f"batched decoding supports sdpa and eager attention, not {base!r}")
+    name = _ATTENTION_PREFIX + base
+    AttentionInterface.register(name, _layer_masked_attention(base))
+    model.config._attn_implementation = name
+    try:
+        yield
+    finally:
+        model.config._attn_implementation = base
+
+
+class _StackedRows:
+    """Per-layer left-padded keys/values of the rows still decoding, with each layer's slot mask."""
+
+    def __init__(self, prefilled: list[PrefilledPrompt], max_new_tokens: int):
+        device = prefilled[0].keys[0].device
+        self.keys, self.values, self.masks = [], [], []
+        for layer in range(len(prefilled[0].keys)):
+            lengths = [p.keys[layer].shape[-2] for p in prefilled]
+            width = max(lengths)
+            _, heads, _, head_dim = prefilled[0].keys[layer].shape
+            dtype = prefilled[0].keys[layer].dtype
+            keys = torch.zeros((len(prefilled), heads, width, head_dim), dtype=dtype, device=device)
+            values = torch.zeros_like(keys)
+            # Room for every generated token, so a step only slices the mask instead of growing it.
+            mask = torch.ones((len(prefilled), 1, 1, width + max_new_tokens), dtype=torch.bool, device=device)
+            for row, (p, length) in enumerate(zip(prefilled, lengths)):
+                keys[row, :, width - length :] = p.keys[layer][0]
+                values[row, :, width - length :] = p.values[layer][0]
+                mask[row, ..., : width - length] = False
+            self.keys.append(keys)
+            self.values.append(values)
+            self.masks.append(mask)
+
+    def cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
+
+    def keep_rows(self, cache, rows: torch.Tensor) -> None:
+        for layer, cache_layer in enumerate(cache.layers):
+            cache_layer.keys = cache_layer.keys.index_select(0, rows)
+            cache_layer.values = cache_layer.values.index_select(0, rows)
+            self.masks[layer] = self.masks[layer].index_select(0, rows)
+
+
+def _greedy_alone(model, cache, logits, next_position: int, max_new_tokens: int, stop_ids: set[int], min_new_tokens: int) -> list[int]:
+    """Batch-1 greedy decoding, as the engine does it (for caches that cannot be stacked)."""
+    blocked = torch.tensor(sorted(stop_ids), device=model.device, dtype=torch.long) if stop_ids else None
+    generated: list[int] = []
+    position = next_position
+    while True:
+        if blocked is not None and len(generated) < min_new_tokens:
+            logits = logits.clone()
+            logits[:, blocked] = float("-inf")
+        next_token = logits.argmax(dim=-1)
+        generated.append(int(next_token))
+        if len(generated) >= max_new_tokens or generated[-1] in stop_ids:
+            return generated
+        outputs = model(
+            input_ids=next_token.view(1, 1),
+            past_key_values=cache,
+            position_ids=torch.tensor([[position]], device=model.device),
+            use_cache=True,
+        )
+        position += 1
+        logits = outputs.logits[:, -1]
+
+
+@torch.inference_mode()
+def decode_together(
+    model, prefilled: list[PrefilledPrompt], max_new_tokens: int, stop_ids: set[int], min_new_tokens: int = 0
+) -> list[list[int]]:
+    """Greedy-decode stacked compressed caches; row r's token k (k >= 1) is fed at position prompt_tokens_r + k - 1."""
+    device = model.device
+    logits = torch.cat([p.last_logits for p in prefilled], dim=0)
+    next_positions = torch.tensor([p.prompt_tokens for p in prefilled], device=device)
+    blocked = torch.tensor(sorted(stop_ids), device=device, dtype=torch.long) if stop_ids else None
+    generated: list[list[int]] = [[] for _ in prefilled]
+    live = list(range(len(prefilled)))  # original row index of each batch row
+    stacked = _StackedRows(prefilled, max_new_tokens)
+    cache = stacked.cache()
+    with _per_layer_masks(model):
+        while True:
+            if blocked is not None and len(generated[live[0]]) < min_new_tokens:
+                logits = logits.clone()
+                logits[:, blocked] = float("-inf")
+            next_tokens = logits.argmax(dim=-1)
+            still = []
+            for batch_row, token in enumerate(next_tokens.tolist()):
+                tokens = generated[live[batch_row]]
+                tokens.append(token)
+                if len(tokens) < max_new_tokens and token not in stop_ids:
+                    still.append(batch_row)
+            if not still:
+                return generated
+            if len(still) < len(live):
+                rows = torch.tensor(still, device=device)
+                stacked.keep_rows(cache, rows)
+                next_tokens, next_positions = next_tokens[rows], next_positions[rows]
+                live = [live[r] for r in still]
+            outputs = model(
+                input_ids=next_tokens.view(-1, 1),
+                past_key_values=cache,
+                position_ids=next_positions.view(-1, 1),
+                use_cache=True,
+                **{LAYER_MASKS_KWARG: stacked.masks},
+            )
+            next_positions = next_positions + 1
+            logits = outputs.logits[:, -1]
+
+
+@torch.inference_mode()
+def generate_prefill_one_decode_many(
+    model,
+    prompts: list[PromptTokens],
+    press,
+    question_aware: bool,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    decode_batch_size: int,
+    min_new_tokens: int = 0,
+    make_cache=_dynamic_cache,
+) -> tuple[list[Generation], DecodePath]:
+    """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
+
+    ``make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
+    An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
+    """
+    if decode_batch_size < 1:
+        raise ValueError(f"decode_batch_size must be >= 1, got {decode_batch_size}")
+    generations: list[Generation | None] = [None] * len(prompts)
+    pending: list[tuple[int, PrefilledPrompt]] = []
+    fallbacks: set[str] = set()
+    largest_batch = 0
+
+    def flush():
+        nonlocal largest_batch
+        if not pending:
+            return
+        start = time.perf_counter()
+        outputs = decode_together(model, [p for _, p in pending], max_new_tokens, stop_ids, min_new_tokens)
+        _synchronize(model.device)
+        share = (time.perf_counter() - start) / len(pending)
+        for (index, p), token_ids in zip(pending, outputs):
+            generations[index] = Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share)
+        largest_batch = max(largest_batch, len(pending))
+        pending.clear()
+
+    for index, prompt in enumerate(prompts):
+        start = time.perf_counter()
+        prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
+        cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware, make_cache)
+        obstacle = _stacking_obstacle(model, cache) if decode_batch_size > 1 else None
+        if decode_batch_size == 1 or obstacle is not None:  # decoded alone, from the cache it already has
+            if obstacle is not None:
+                fallbacks.add(obstacle)
+            token_ids = _greedy_alone(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
+            _synchronize(model.device)
+            generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start)
+            largest_batch = max(largest_batch, 1)
+            continue
+        prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False)
+        del cache
+        _synchronize(model.device)
+        prefilled.seconds = time.perf_counter() - start
+        pending.append((index, prefilled))
+        if len(pending) == decode_batch_size:
+            flush()
+    flush()
+    path = DecodePath(decode_batch_size, largest_batch, "; ".join(sorted(fallbacks)) or None)
+    return generations, path

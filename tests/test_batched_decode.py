@@ -1,0 +1,222 @@
+"""Prefill one, decode many: greedy outputs must equal the batch-1 engine's, token for token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kvcache_bench import engine
+from kvcache_bench.batched_decode import DecodePath, generate_prefill_one_decode_many
+from kvcache_bench.methods import METHODS, attention_implementation_for, build_press
+from kvcache_bench.prompts import PromptTokens
+
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "resources" / "demo" / "model_config.json"
+VOCAB = 256
+STOP = {2}
+NEW_TOKENS = 6
+# (context, question) lengths: every row of a batch is padded differently
+SHAPES = [(80, 8), (290, 12), (150, 5), (200, 16)]
+_models: dict[str, torch.nn.Module] = {}
+# Methods that change the cache type (KV quantisation) are not stacked; see the fallback test below.
+BATCHABLE_METHODS = sorted(name for name, spec in METHODS.items() if getattr(spec, "kv_cache_bits", None) is None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # A 64-wide model gains nothing from intra-op threads; on a shared 2-core runner they triple the time.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def demo_shaped_llama(attn_implementation: str):
+    """The demo model's shape (2 layers, GQA 4 heads / 2 KV heads), random weights, fp32."""
+    if attn_implementation not in _models:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        settings = json.loads(DEMO_CONFIG.read_text())
+        settings.update(vocab_size=VOCAB, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+        config = LlamaConfig(**settings)
+        config._attn_implementation = attn_implementation
+        torch.manual_seed(0)
+        _models[attn_implementation] = LlamaForCausalLM(config).eval()
+    return _models[attn_implementation]
+
+
+def random_prompts(shapes=SHAPES, seed: int = 1) -> list[PromptTokens]:
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    for context, question in shapes:
+        ids = torch.randint(3, VOCAB, (context + question,), generator=generator).tolist()
+        prompts.append(PromptTokens([1] + ids[1:context], ids[context:], False, context + question))
+    return prompts
+
+
+def press_for(method: str):
+    return build_press(method, 1.0 if not METHODS[method].evicts else 0.5, seed=0)
+
+
+def engine_tokens(model, prompts, method, question_aware, stop_ids=STOP, new_tokens=NEW_TOKENS):
+    press = press_for(method)
+    return [engine.generate_one(model, p, press, question_aware, new_tokens, stop_ids).token_ids for p in prompts]
+
+
+def batched(model, prompts, method, question_aware, decode_batch_size, stop_ids=STOP, new_tokens=NEW_TOKENS):
+    generations, path = generate_prefill_one_decode_many(
+        model, prompts, press_for(method), question_aware, new_tokens, stop_ids, decode_batch_size
+    )
+    return [g.token_ids for g in generations], path
+
+
+def _pre_issue3_engine_cannot(method: str, question_aware: bool) -> bool:
+    # The engine before the shared-context rewrite appends the question as one block, which fails on
+    # layers of unequal length (PyramidKV); the rewritten engine appends it token by token, as we do.
+    return method == "pyramidkv" and not question_aware and not hasattr(engine, "prefill")
+
+
+@pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
+@pytest.mark.parametrize("method", BATCHABLE_METHODS)
+def test_decode_batches_match_the_batch_one_engine(method, question_aware):
+    model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
+    prompts = random_prompts()
+    if _pre_issue3_engine_cannot(method, question_aware):
+        with pytest.raises(RuntimeError):
+            engine_tokens(model, prompts, method, question_aware)
+        pytest.xfail("reference engine cannot run PyramidKV question-agnostic before the issue-3 merge")
+    expected = engine_tokens(model, prompts, method, question_aware)
+    for decode_batch_size in (1, 3, 8):
+        tokens, path = batched(model, prompts, method, question_aware, decode_batch_size)
+        assert tokens == expected, f"decode batch {decode_batch_size}"
+        assert path == DecodePath(decode_batch_size, min(decode_batch_size, len(prompts)), None)
+
+
+def test_pyramidkv_layers_of_unequal_length_decode_together():
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    generations, path = generate_prefill_one_decode_many(model, prompts, press_for("pyramidkv"), True, NEW_TOKENS, STOP, 8)
+    from kvcache_bench.batched_decode import prefill_prompt
+
+    lengths = {tuple(k.shape[-2] for k in prefill_prompt(model, prompts[1], press_for("pyramidkv"), True).keys)}
+    assert len(set(next(iter(lengths)))) > 1, "the test needs a press keeping different counts per layer"
+    assert path.effective_decode_batch_size == len(prompts) and path.fallback is None
+    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "pyramidkv", True)
+
+
+def test_rows_stop_on_their_own():
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    free = engine_tokens(model, prompts, "snapkv", True, stop_ids=set(), new_tokens=8)
+    stop_ids = {free[1][2], free[3][4]}  # rows 1 and 3 (at least) stop early, others may run on
+    expected = engine_tokens(model, prompts, "snapkv", True, stop_ids=stop_ids, new_tokens=8)
+    assert sorted({len(t) for t in expected}) != [8], "some row must stop before the limit"
+    assert len({len(t) for t in expected}) > 1, "rows must stop at different steps"
+    tokens, _ = batched(model, prompts, "snapkv", True, 8, stop_ids=stop_ids, new_tokens=8)
+    assert tokens == expected
+
+
+def test_a_press_that_masks_keys_per_head_falls_back_to_batch_one_and_says_so():
+    from kvpress import AdaKVPress, SnapKVPress
+
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts(SHAPES[:3])
+    expected = [engine.generate_one(model, p, AdaKVPress(SnapKVPress(0.5)), True, NEW_TOKENS, STOP).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(model, prompts, AdaKVPress(SnapKVPress(0.5)), True, NEW_TOKENS, STOP, 3)
+    assert [g.token_ids for g in generations] == expected
+    assert path.effective_decode_batch_size == 1
+    assert "per head" in path.fallback
+    assert path.record() == {"decode_batch_size": 3, "effective_decode_batch_size": 1, "decode_fallback": path.fallback}
+
+
+def test_model_attention_is_restored_after_batched_decoding():
+    model = demo_shaped_llama("sdpa")
+    batched(model, random_prompts(SHAPES[:2]), "snapkv", True, 2)
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_h200_script_runs_tiny_on_cpu(tmp_path):
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[1] / "tools" / "gpu" / "batched_decode_h200.py"
+    spec = importlib.util.spec_from_file_location("batched_decode_h200", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    argv = ["--tiny", "--out", str(tmp_path), "--examples", "3", "--prompt-tokens", "100", "--new-tokens", "4",
+            "--decode-batch", "2", "--exact-examples", "2", "--exact-prompt-tokens", "90", "--exact-new-tokens", "3",
+            "--exact-decode-batch", "2"]
+    assert module.main(argv) == 0
+    record = json.loads((tmp_path / "batched_decode_h200.json").read_text())
+    assert record["batch_many"]["effective_decode_batch_size"] == 2 and record["batch_many"]["decode_fallback"] is None
+    assert record["exact_match_fp32"]["identical"] is True
+    assert record["throughput_passes_identical_rows_fraction"] == 1.0
+    assert record["speedup_examples_per_s"] == pytest.approx(
+        record["batch_many"]["examples_per_s"] / record["batch_1"]["examples_per_s"]
+    )
+
+
+@pytest.mark.parametrize("method", ["snapkv", "knorm"])
+def test_shared_context_compressed_once_decodes_like_each_question_alone(method):
+    from kvcache_bench.batched_decode import decode_together, prefill_shared_context
+
+    model = demo_shaped_llama("sdpa")
+    context = random_prompts([(250, 0)])[0].context_ids
+    questions = [q.question_ids for q in random_prompts([(1, 6), (1, 15), (1, 9)], seed=7)]
+    prompts = [PromptTokens(context, q, False, len(context) + len(q)) for q in questions]
+    expected = engine_tokens(model, prompts, method, question_aware=False)
+    prefilled = prefill_shared_context(model, context, questions, press_for(method))
+    assert [p.prompt_tokens for p in prefilled] == [len(context) + len(q) for q in questions]
+    assert decode_together(model, prefilled, NEW_TOKENS, STOP) == expected
+
+
+def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
+    import inspect
+
+    from transformers import QuantizedCache
+
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts(SHAPES[:3])
+
+    made = []
+
+    def make_cache():
+        made.append(1)
+        return QuantizedCache(backend="quanto", config=model.config, nbits=4, residual_length=16, q_group_size=16)
+
+    def run(decode_batch_size):
+        generations, path = generate_prefill_one_decode_many(
+            model, prompts, None, True, NEW_TOKENS, STOP, decode_batch_size, make_cache=make_cache
+        )
+        return [g.token_ids for g in generations], path
+
+    alone, _ = run(1)
+    tokens, path = run(3)
+    assert tokens == alone
+    assert path.effective_decode_batch_size == 1 and "QuantizedCache" in path.fallback
+    assert len(made) == 2 * len(prompts), "every example must be prefilled into a cache from make_cache"
+    if "make_cache" in inspect.signature(engine.generate_one).parameters:
+        assert tokens == [engine.generate_one(model, p, None, True, NEW_TOKENS, STOP, make_cache=make_cache).token_ids for p in prompts]
+
+
+def test_min_new_tokens_blocks_early_stops_in_every_row():
+    import inspect
+
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    free = engine_tokens(model, prompts, "snapkv", True, stop_ids=set())
+    stop_ids = {free[0][0], free[2][1]}  # would stop rows 0 and 2 at their first or second token
+
+    def run(decode_batch_size):
+        generations, _ = generate_prefill_one_decode_many(
+            model, prompts, press_for("snapkv"), True, NEW_TOKENS, stop_ids, decode_batch_size, min_new_tokens=3
+        )
+        return [g.token_ids for g in generations]
+
+    alone = run(1)
+    assert all(len(t) >= 3 for t in alone) and alone != free
+    assert run(4) == alone
+    if "min_new_tokens" in inspect.signature(engine.generate_one).parameters:
+        press = press_for("snapkv")
+        assert alone == [engine.generate_one(model, p, press, True, NEW_TOKENS, stop_ids, min_new_tokens=3).token_ids for p in prompts]
