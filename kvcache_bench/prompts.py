@@ -213,5 +213,5 @@ def build_prompt_tokens(
 def extra_stop_ids(tokenizer, task: str) -> set[int]:
     """Task-specific stops beyond the model's end-of-turn tokens (LongBench stops samsum at a newline)."""
     if task in NEWLINE_STOP_TASKS:
-        return {tokenizer.encode("\n", add_special_tokens=False)[-1]}
+        return set(tokenizer.encode("\n", add_special_tokens=False)[-1:])
     return set()
