@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from dataclasses import dataclass, field
 
 
@@ -120,6 +121,13 @@ def cache_factory_for(name: str, model, kwargs: dict | None = None):
         return DynamicCache
     resolve_quantization_backend(spec)
     options = _quantized_cache_options(name, kwargs)
+    # quanto groups each token's (kv_heads x head_dim) values; a group size dividing that width works at
+    # every sequence length (transformers' default 64 fails on small models at odd lengths).
+    head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+    width = model.config.num_key_value_heads * head_dim
+    options.setdefault("q_group_size", math.gcd(64, width))
+    if width % options["q_group_size"]:
+        raise UnknownMethodError(f"method {name!r}: q_group_size {options['q_group_size']} must divide kv_heads x head_dim = {width}")
 
     def make_quantized_cache():
         return QuantizedCache(backend=QUANTIZED_CACHE_BACKEND, config=model.config, nbits=spec.kv_cache_bits, **options)

@@ -69,3 +69,19 @@ def test_kv_quant_builds_a_quantised_cache_at_its_bits():
     assert isinstance(cache, QuantizedCache)
     assert {layer.nbits for layer in cache.layers} == {2}
     assert {layer.residual_length for layer in cache.layers} == {32}
+    # 2 KV heads x 16 dims: the default group must divide 32 so that any prompt length quantises
+    assert {layer.q_group_size for layer in cache_factory_for("kv_quant_4bit", model)().layers} == {32}
+    with pytest.raises(UnknownMethodError, match="must divide"):
+        cache_factory_for("kv_quant_4bit", model, {"q_group_size": 64})
+
+
+def test_default_quantised_cache_handles_odd_prompt_lengths():
+    import torch
+
+    from kvcache_bench.engine import prefill
+
+    model = tiny_llama(vocab_size=64)
+    cache = cache_factory_for("kv_quant_4bit", model)()
+    with torch.inference_mode():
+        prefill(model, cache, [3 + i % 60 for i in range(71)])
+    assert cache.get_seq_length() == 71
