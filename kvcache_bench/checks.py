@@ -60,7 +60,7 @@ def problems_with(cell: Cell) -> list[str]:
         problems.append(
             f"{spec.label} evicts cache entries and batch size is {cell.batch_size}: left padding would be "
             "scored alongside the prompt (the padding collapse). Use batch size 1 for eviction methods; "
-            "only full_cache may batch."
+            "only methods that keep every token (full_cache, kv_quant_*) may batch."
         )
     if not spec.evicts and cell.retention != FULL_RETENTION:
         problems.append(f"{spec.label} keeps the whole cache; its retention must be 1.0, not {cell.retention}")

@@ -57,21 +57,23 @@ def load_longbench_rows(
     hub_id: str | None = None,
     local_path: str | None = None,
     split: str = "test",
+    data_dir: str | None = None,
 ) -> list[dict]:
-    """Rows of one LongBench-schema task through ``datasets.load_dataset`` (the hub or a local file)."""
+    """Rows of one task in LongBench's schema, from the hub or a local file.
+
+    RULER's subtasks (kvpress's parquet layout) are read by ``load_ruler_rows`` and converted.
+    """
+    from .prompts import RULER_TASKS
+
+    if task in RULER_TASKS:
+        return load_ruler_rows(task, dataset_name=dataset_name, hub_id=hub_id, local_path=local_path, split=split, data_dir=data_dir)
     import datasets
 
     if local_path:
         builder, files = _local_data_files(local_path, task)
         loaded = datasets.load_dataset(builder, data_files={split: files}, split=split)
     else:
-        try:
-            loaded = datasets.load_dataset(hub_id, task, split=split, token=os.environ.get("HF_TOKEN"))
-        except Exception as error:  # the hub's errors are many; all of them mean "not from here"
-            raise DatasetUnavailableError(
-                f"could not load {hub_id!r} config {task!r} split {split!r}: {type(error).__name__}: {error}\n"
-                + OFFLINE_HELP.format(dataset=dataset_name, task=task)
-            ) from error
+        loaded = _load_from_hub(hub_id, dict(name=task), split, dataset_name, task)
     rows = [dict(row) for row in loaded]
     missing = [c for c in ("input", "context", "answers") if rows and c not in rows[0]]
     if missing:
@@ -79,8 +81,91 @@ def load_longbench_rows(
     return rows
 
 
+def _load_from_hub(hub_id: str | None, selector: dict, split: str, dataset_name: str, task: str):
+    import datasets
+
+    if not hub_id:
+        raise DatasetUnavailableError(f"dataset {dataset_name!r} has neither hub_id nor local_path")
+    try:
+        return datasets.load_dataset(hub_id, split=split, token=os.environ.get("HF_TOKEN"), **selector)
+    except Exception as error:  # the hub's errors are many; all of them mean "not from here"
+        raise DatasetUnavailableError(
+            f"could not load {hub_id!r} {selector} split {split!r}: {type(error).__name__}: {error}\n"
+            + OFFLINE_HELP.format(dataset=dataset_name, task=task)
+        ) from error
+
+
+RULER_COLUMNS = ("context", "question", "answer_prefix", "answer", "task", "max_new_tokens")
+
+
+def load_ruler_rows(
+    task: str,
+    *,
+    dataset_name: str = "ruler",
+    hub_id: str | None = "simonjegou/ruler",
+    local_path: str | None = None,
+    split: str = "test",
+    data_dir: str | None = "4096",
+) -> list[dict]:
+    """One RULER subtask in LongBench's schema, from kvpress's parquet layout (``simonjegou/ruler``).
+
+    That layout has one folder per context length (``data_dir``: 4096, 8192, 16384, 32768) of parquet
+    files with columns context, question, answer_prefix, answer (list), task, max_new_tokens; all
+    subtasks share the files and the ``task`` column tells them apart. ``local_path`` is a copy of
+    the dataset repository (the folder holding ``<data_dir>/``), a folder of parquet files, or a file.
+    """
+    import datasets
+
+    if local_path:
+        root = Path(local_path)
+        folder = root / data_dir if data_dir and (root / data_dir).is_dir() else root
+        if folder.is_file():
+            files = [folder]
+        elif folder.is_dir():
+            files = sorted(folder.glob("*.parquet"))
+        else:
+            raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
+        if not files:
+            raise DatasetUnavailableError(f"no parquet files for RULER data_dir {data_dir!r} under {local_path!r}")
+        loaded = datasets.load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
+    elif not data_dir:
+        raise DatasetUnavailableError(
+            f"dataset {dataset_name!r}: RULER on the hub needs data_dir, the context length (4096, 8192, 16384, 32768)"
+        )
+    else:
+        loaded = _load_from_hub(hub_id, dict(data_dir=data_dir), split, dataset_name, task)
+    missing = [c for c in RULER_COLUMNS if c not in loaded.column_names]
+    if missing:
+        raise DatasetUnavailableError(f"RULER data lacks columns {missing} (has {loaded.column_names})")
+    rows = []
+    for index, row in enumerate(loaded):
+        if row["task"] != task:
+            continue
+        answers = row["answer"]
+        rows.append(
+            {
+                "input": row["question"],
+                "context": row["context"],
+                "answers": [answers] if isinstance(answers, str) else list(answers),
+                "answer_prefix": row["answer_prefix"] or "",
+                "length": int(data_dir) if data_dir and str(data_dir).isdigit() else len(row["context"].split()),
+                "dataset": task,
+                "language": "en",
+                "all_classes": None,
+                "_id": f"ruler-{data_dir or 'local'}-{task}-{index}",
+            }
+        )
+    if not rows:
+        tasks = sorted(set(loaded["task"]))
+        raise DatasetUnavailableError(f"no rows of RULER task {task!r} (data_dir {data_dir!r}); tasks present: {tasks}")
+    return rows
+
+
 def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> list[dict]:
-    """Keep the first ``num_examples`` rows in file order, each with every LongBench column present."""
+    """Keep the first ``num_examples`` rows in file order, each with every LongBench column present.
+
+    RULER rows also keep ``answer_prefix`` (the start of the answer the prompt ends with).
+    """
     selected = rows if not num_examples else rows[:num_examples]
     normalised = []
     for index, row in enumerate(selected):
@@ -97,6 +182,8 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
             "all_classes": row.get("all_classes"),
             "_id": row.get("_id") or hashlib.sha1(f"{task}:{index}:{row['context'][:200]}".encode()).hexdigest(),
         }
+        if row.get("answer_prefix"):
+            out["answer_prefix"] = row["answer_prefix"]
         normalised.append(out)
     return normalised
 

@@ -1,18 +1,25 @@
 """Generation with a kvpress press: prefill (compressing), then greedy decoding at true positions.
 
-Two rules keep the numbers about the method rather than the harness:
+Rules that keep the numbers about the method rather than the harness:
   * after eviction, generated tokens continue at the ORIGINAL prompt length in RoPE positions, not at
     the compressed cache length (kvpress's own pipeline does the same);
+  * in question-agnostic mode a context shared by several questions is compressed ONCE, and each
+    question is answered from that compressed cache, rolled back to it after every answer;
   * batched prefill left-pads prompts, so it is only used for the full cache (``checks.py`` refuses
     eviction with batch size > 1); with padding, positions come from the attention mask.
+
+The building blocks (``load_model``, ``prefill``, ``greedy_decode``, ``generate_one``,
+``generate_shared_context``, ``CacheCheckpoint``) are plain functions so other stages can reuse them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -79,55 +86,76 @@ def stop_token_ids(model, tokenizer) -> set[int]:
 class Generation:
     token_ids: list[int]
     prompt_tokens: int
-    kept_tokens: float  # mean over layers of prompt positions left in the cache after compression
+    kept_tokens: float  # mean over layers of positions left in the cache after compression
     seconds: float
+    pressed_tokens: int = 0  # how many tokens the press saw (context, or context + question)
+    shared_context_questions: int = 1  # questions answered from this one compressed context
 
 
 def cache_lengths(cache) -> list[int]:
     return [cache.get_seq_length(layer) for layer in range(len(cache.layers))]
 
 
+def mean_cache_length(cache) -> float:
+    lengths = cache_lengths(cache)
+    return sum(lengths) / len(lengths)
+
+
 def _press_context(press, model):
     return press(model) if press is not None else contextlib.nullcontext()
 
 
-@torch.inference_mode()
-def generate_one(model, prompt: PromptTokens, press, question_aware: bool, max_new_tokens: int, stop_ids: set[int]) -> Generation:
-    """Batch-1 greedy generation for one example, compressing the prompt with ``press``."""
+def _default_cache():
     from transformers import DynamicCache
 
+    return DynamicCache()
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def prefill(model, cache, token_ids: list[int], press=None, start_position: int = 0):
+    """Run ``token_ids`` at positions start_position.. into ``cache`` (compressing if ``press``); last logits."""
     device = model.device
-    start = time.perf_counter()
-    cache = DynamicCache()
-    if question_aware:
-        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
-    else:
-        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
-    prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
-    pressed = torch.tensor([pressed_ids], device=device)
+    if press is None and len(token_ids) > 1 and len(set(cache_lengths(cache))) > 1:
+        # Layers of unequal length (PyramidKV) break the one causal mask a block of queries needs;
+        # one token at a time needs no mask and computes the same thing.
+        for offset, token in enumerate(token_ids):
+            logits = prefill(model, cache, [token], None, start_position + offset)
+        return logits
+    positions = torch.arange(start_position, start_position + len(token_ids), device=device).unsqueeze(0)
     with _press_context(press, model):
-        outputs = model(input_ids=pressed, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    kept = sum(cache_lengths(cache)) / len(cache.layers)
-    if trailing_ids:
-        positions = torch.arange(len(pressed_ids), prompt_length, device=device).unsqueeze(0)
         outputs = model(
-            input_ids=torch.tensor([trailing_ids], device=device),
+            input_ids=torch.tensor([token_ids], device=device),
             past_key_values=cache,
             position_ids=positions,
             use_cache=True,
             logits_to_keep=1,
         )
-    generated = _greedy_continue(model, cache, outputs.logits[:, -1], prompt_length, max_new_tokens, stop_ids)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return Generation(generated, prompt_length, kept, time.perf_counter() - start)
+    return outputs.logits[:, -1]
 
 
-def _greedy_continue(model, cache, last_logits, next_position: int, max_new_tokens: int, stop_ids: set[int]) -> list[int]:
-    next_token = last_logits.argmax(dim=-1)
-    generated = [int(next_token)]
+def greedy_decode(
+    model, cache, last_logits, next_position: int, max_new_tokens: int, stop_ids: set[int], min_new_tokens: int = 0
+) -> list[int]:
+    """Greedy tokens until a stop token or the length limit; token k sits at RoPE position next_position + k.
+
+    ``min_new_tokens`` forbids stop tokens before that many tokens (LongBench's min_length for samsum).
+    """
+    generated: list[int] = []
+    logits = last_logits
     position = next_position
-    while len(generated) < max_new_tokens and generated[-1] not in stop_ids:
+    blocked = torch.tensor(sorted(stop_ids), device=model.device, dtype=torch.long) if stop_ids else None
+    while True:
+        if blocked is not None and len(generated) < min_new_tokens:
+            logits = logits.clone()
+            logits[:, blocked] = float("-inf")
+        next_token = logits.argmax(dim=-1)
+        generated.append(int(next_token))
+        if len(generated) >= max_new_tokens or generated[-1] in stop_ids:
+            return generated
         outputs = model(
             input_ids=next_token.view(1, 1),
             past_key_values=cache,
@@ -135,14 +163,117 @@ def _greedy_continue(model, cache, last_logits, next_position: int, max_new_toke
             use_cache=True,
         )
         position += 1
-        next_token = outputs.logits[:, -1].argmax(dim=-1)
-        generated.append(int(next_token))
-    return generated
+        logits = outputs.logits[:, -1]
+
+
+class CacheCheckpoint:
+    """The state of a cache after compression, to roll back to after each answer.
+
+    A DynamicCache is cut back per layer (layers may differ in length after PyramidKV-style presses).
+    A QuantizedCache cannot be cut (its tokens live in quantised blocks) nor deep-copied (quanto
+    tensors refuse), but its layers only ever *replace* their tensors on update, so remembering each
+    layer's attributes (references, no copies) is enough to restore it.
+    """
+
+    def __init__(self, cache):
+        from transformers import DynamicCache, QuantizedCache
+
+        if type(cache) is DynamicCache:
+            self._lengths = cache_lengths(cache)
+            self._attributes = None
+        elif isinstance(cache, QuantizedCache):
+            self._lengths = None
+            self._attributes = [dict(vars(layer)) for layer in cache.layers]
+        else:
+            raise TypeError(f"cannot roll back a {type(cache).__name__}")
+
+    def restore(self, cache) -> None:
+        if self._attributes is None:
+            for layer, length in zip(cache.layers, self._lengths):
+                layer.crop(length)
+            return
+        for layer, attributes in zip(cache.layers, self._attributes):
+            vars(layer).clear()
+            vars(layer).update(attributes)
+
+
+@torch.inference_mode()
+def generate_one(
+    model,
+    prompt: PromptTokens,
+    press,
+    question_aware: bool,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    *,
+    make_cache: Callable[[], object] = _default_cache,
+    min_new_tokens: int = 0,
+) -> Generation:
+    """Batch-1 greedy generation for one example, compressing the prompt with ``press``."""
+    start = time.perf_counter()
+    cache = make_cache()
+    if question_aware:
+        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
+    else:
+        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
+    last_logits = prefill(model, cache, pressed_ids, press)
+    kept = mean_cache_length(cache)
+    if trailing_ids:
+        last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
+    generated = greedy_decode(model, cache, last_logits, prompt.length, max_new_tokens, stop_ids, min_new_tokens)
+    _synchronize(model.device)
+    return Generation(generated, prompt.length, kept, time.perf_counter() - start, len(pressed_ids))
+
+
+@torch.inference_mode()
+def generate_shared_context(
+    model,
+    context_ids: list[int],
+    questions: list[list[int]],
+    press,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    *,
+    make_cache: Callable[[], object] = _default_cache,
+    min_new_tokens: int = 0,
+) -> list[Generation]:
+    """Question-agnostic generation: compress ``context_ids`` once, answer every question from that cache.
+
+    After each answer the cache is rolled back to the compressed context, so every question sees
+    exactly what it would see had the context been compressed for it alone. The compression's time
+    is shared equally among the questions.
+    """
+    start = time.perf_counter()
+    cache = make_cache()
+    context_logits = prefill(model, cache, context_ids, press)
+    kept = mean_cache_length(cache)
+    checkpoint = CacheCheckpoint(cache)
+    _synchronize(model.device)
+    compress_seconds = (time.perf_counter() - start) / max(1, len(questions))
+    generations = []
+    for index, question_ids in enumerate(questions):
+        started = time.perf_counter()
+        if index:
+            checkpoint.restore(cache)
+        last_logits = prefill(model, cache, question_ids, None, start_position=len(context_ids)) if question_ids else context_logits
+        prompt_length = len(context_ids) + len(question_ids)
+        generated = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
+        _synchronize(model.device)
+        seconds = compress_seconds + time.perf_counter() - started
+        generations.append(Generation(generated, prompt_length, kept, seconds, len(context_ids), len(questions)))
+    return generations
 
 
 @torch.inference_mode()
 def generate_padded_batch(
-    model, prompts: list[PromptTokens], press, pad_token_id: int, max_new_tokens: int, stop_ids: set[int]
+    model,
+    prompts: list[PromptTokens],
+    press,
+    pad_token_id: int,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    *,
+    make_cache: Callable[[], object] = _default_cache,
 ) -> list[Generation]:
     """Left-padded batched prefill + decode (what a batching harness does).
 
@@ -150,8 +281,6 @@ def generate_padded_batch(
     press ranks pad positions alongside real ones and the mask no longer lines up with the cache. It is
     kept only so the regression test can show that; ``checks.py`` refuses such targets.
     """
-    from transformers import DynamicCache
-
     device = model.device
     start = time.perf_counter()
     full = [p.context_ids + p.question_ids for p in prompts]
@@ -162,7 +291,7 @@ def generate_padded_batch(
         input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
         mask[row, width - len(ids) :] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    cache = DynamicCache()
+    cache = make_cache()
     with _press_context(press, model):
         outputs = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
     kept_per_layer = cache_lengths(cache)
@@ -191,7 +320,7 @@ def generate_padded_batch(
                 finished[row] = token in stop_ids
     seconds = (time.perf_counter() - start) / len(full)
     kept = sum(kept_per_layer) / len(kept_per_layer)
-    return [Generation(g, len(ids), min(kept, len(ids)), seconds) for g, ids in zip(generated, full)]
+    return [Generation(g, len(ids), min(kept, len(ids)), seconds, len(ids)) for g, ids in zip(generated, full)]
 
 
 def decode_answer(tokenizer, token_ids: list[int], stop_ids: set[int]) -> str:
@@ -213,6 +342,14 @@ class ModelSettings:
     device: str = "auto"
 
 
+def shared_context_groups(prompts: list[PromptTokens]) -> list[list[int]]:
+    """Indices of prompts whose context tokens are identical, in order of first appearance."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        groups.setdefault(tuple(prompt.context_ids), []).append(index)
+    return list(groups.values())
+
+
 def run_cell(
     rows: list[dict],
     *,
@@ -231,8 +368,8 @@ def run_cell(
     from tqdm import tqdm
 
     from .checks import Cell, check_cell
-    from .methods import attention_implementation_for, build_press
-    from .prompts import build_prompt_tokens
+    from .methods import attention_implementation_for, build_press, cache_factory_for, get_method
+    from .prompts import NEWLINE_STOP_TASKS, build_prompt_tokens, extra_stop_ids
 
     check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size))
     torch.manual_seed(seed)
@@ -241,40 +378,69 @@ def run_cell(
     attention = attention_implementation_for(method, model_settings.attn_implementation)
     model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
     press = build_press(method, retention, method_kwargs, seed=seed)
-    stop_ids = stop_token_ids(model, tokenizer)
+    make_cache = cache_factory_for(method, model, method_kwargs)
+    stop_ids = stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task)
+    min_new_tokens = 1 if task in NEWLINE_STOP_TASKS else 0
     question_aware = question_mode == "question_aware"
     log.info("method=%s retention=%s batch=%s mode=%s device=%s attention=%s", method, retention, batch_size, question_mode, device, attention)
 
-    prompts = [build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens) for row in rows]
-    bar = tqdm(total=len(rows), desc=f"{method}@{retention:.2f}", unit="ex", disable=not progress, mininterval=1.0)
-    for start in range(0, len(rows), batch_size):
-        chunk = list(range(start, min(start + batch_size, len(rows))))
-        if batch_size == 1:
-            generations = [generate_one(model, prompts[chunk[0]], press, question_aware, max_new_tokens, stop_ids)]
-        else:
-            generations = generate_padded_batch(
-                model, [prompts[i] for i in chunk], press, tokenizer.pad_token_id or 0, max_new_tokens, stop_ids
+    prompts = [
+        build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
+        for row in rows
+    ]
+    kv_bits = get_method(method).kv_cache_bits
+
+    def generations_for(chunk: list[int]) -> list[Generation]:
+        if batch_size > 1:  # only non-evicting methods get here (check_cell)
+            return generate_padded_batch(
+                model, [prompts[i] for i in chunk], press, tokenizer.pad_token_id or 0, max_new_tokens, stop_ids,
+                make_cache=make_cache,
             )
-        for index, generation in zip(chunk, generations):
-            row, prompt = rows[index], prompts[index]
-            yield {
-                "id": row["_id"],
-                "prediction": decode_answer(tokenizer, generation.token_ids, stop_ids),
-                "references": row["answers"],
-                "all_classes": row.get("all_classes"),
-                "prompt_tokens": generation.prompt_tokens,
-                "kept_tokens": generation.kept_tokens,
-                "effective_retention": generation.kept_tokens / generation.prompt_tokens
-                if question_aware
-                else generation.kept_tokens / max(1, len(prompt.context_ids)),
-                "generated_tokens": len(generation.token_ids),
-                "truncated": prompt.truncated,
-                "original_prompt_tokens": prompt.original_tokens,
-                "seconds": generation.seconds,
-                "method": method,
-                "retention": retention,
-                "batch_size": batch_size,
-                "question_mode": question_mode,
-            }
-            bar.update(1)
+        if len(chunk) > 1:  # question-agnostic: the chunk shares one context
+            return generate_shared_context(
+                model, prompts[chunk[0]].context_ids, [prompts[i].question_ids for i in chunk], press, max_new_tokens,
+                stop_ids, make_cache=make_cache, min_new_tokens=min_new_tokens,
+            )
+        return [
+            generate_one(
+                model, prompts[chunk[0]], press, question_aware, max_new_tokens, stop_ids,
+                make_cache=make_cache, min_new_tokens=min_new_tokens,
+            )
+        ]
+
+    if question_aware or batch_size > 1:
+        chunks = [list(range(s, min(s + batch_size, len(rows)))) for s in range(0, len(rows), batch_size)]
+    else:
+        chunks = shared_context_groups(prompts)
+    bar = tqdm(total=len(rows), desc=f"{method}@{retention:.2f}", unit="ex", disable=not progress, mininterval=1.0)
+    done: dict[int, Generation] = {}
+    chunk_of = {index: chunk for chunk in chunks for index in chunk}
+    for index, row in enumerate(rows):
+        if index not in done:
+            chunk = chunk_of[index]
+            done.update(zip(chunk, generations_for(chunk)))
+        generation, prompt = done.pop(index), prompts[index]
+        yield {
+            "id": row["_id"],
+            "prediction": decode_answer(tokenizer, generation.token_ids, stop_ids),
+            "references": row["answers"],
+            "all_classes": row.get("all_classes"),
+            "prompt_tokens": generation.prompt_tokens,
+            "pressed_tokens": generation.pressed_tokens,
+            "kept_tokens": generation.kept_tokens,
+            "effective_retention": generation.kept_tokens / max(1, generation.pressed_tokens),
+            "kv_cache_bits": kv_bits,
+            "generated_tokens": len(generation.token_ids),
+            "truncated": prompt.truncated,
+            "original_prompt_tokens": prompt.original_tokens,
+            "max_context_tokens": model_settings.max_context_tokens,
+            "chat_template": prompt.chat_template,
+            "shared_context_questions": generation.shared_context_questions,
+            "seconds": generation.seconds,
+            "method": method,
+            "retention": retention,
+            "batch_size": batch_size,
+            "question_mode": question_mode,
+        }
+        bar.update(1)
     bar.close()

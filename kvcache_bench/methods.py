@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import math
 from dataclasses import dataclass, field
 
 
@@ -23,6 +24,7 @@ class MethodSpec:
     evicts: bool  # drops prompt tokens from the cache (so padding can be ranked against real tokens)
     requires_eager_attention: bool = False  # needs the attention matrix, which SDPA does not return
     default_kwargs: dict = field(default_factory=dict)
+    kv_cache_bits: int | None = None  # a transformers QuantizedCache at this many bits instead of a DynamicCache
 
 
 METHODS: dict[str, MethodSpec] = {
@@ -37,8 +39,15 @@ METHODS: dict[str, MethodSpec] = {
         MethodSpec("expected_attention", "Expected Attention", "ExpectedAttentionPress", evicts=True),
         MethodSpec("h2o", "H2O", "ObservedAttentionPress", evicts=True, requires_eager_attention=True),
         MethodSpec("random", "Random", "RandomPress", evicts=True),
+        # KIVI-style quantised KV cache (transformers' QuantizedCache, optimum-quanto backend): keeps every
+        # token, at fewer bits. kwargs: residual_length, q_group_size, axis_key, axis_value.
+        MethodSpec("kv_quant_4bit", "KV quant (4-bit)", None, evicts=False, kv_cache_bits=4),
+        MethodSpec("kv_quant_2bit", "KV quant (2-bit)", None, evicts=False, kv_cache_bits=2),
     )
 }
+
+QUANTIZED_CACHE_BACKEND = "quanto"
+QUANTIZED_CACHE_OPTIONS = ("residual_length", "q_group_size", "axis_key", "axis_value")
 
 FULL_RETENTION = 1.0
 
@@ -81,13 +90,63 @@ def resolve_press_class(spec: MethodSpec):
     return press_class
 
 
+def resolve_quantization_backend(spec: MethodSpec) -> str | None:
+    """The quantised-cache backend a method needs, checked importable; None when it needs none."""
+    if spec.kv_cache_bits is None:
+        return None
+    try:
+        quanto = importlib.import_module("optimum.quanto")
+    except ImportError as error:
+        raise UnknownMethodError(
+            f"method {spec.name!r} needs optimum-quanto (transformers' QuantizedCache backend): {error}; "
+            "pip install the version pinned in requirements.txt"
+        ) from error
+    return f"optimum-quanto {getattr(quanto, '__version__', '?')}"
+
+
+def _quantized_cache_options(name: str, kwargs: dict | None) -> dict:
+    options = dict(kwargs or {})
+    unknown = sorted(set(options) - set(QUANTIZED_CACHE_OPTIONS))
+    if unknown:
+        raise UnknownMethodError(f"method {name!r} (QuantizedCache) does not accept {unknown}; accepted: {list(QUANTIZED_CACHE_OPTIONS)}")
+    return options
+
+
+def cache_factory_for(name: str, model, kwargs: dict | None = None):
+    """A zero-argument function making the empty KV cache a method generates with."""
+    from transformers import DynamicCache, QuantizedCache
+
+    spec = get_method(name)
+    if spec.kv_cache_bits is None:
+        return DynamicCache
+    resolve_quantization_backend(spec)
+    options = _quantized_cache_options(name, kwargs)
+    # quanto groups each token's (kv_heads x head_dim) values; a group size dividing that width works at
+    # every sequence length (transformers' default 64 fails on small models at odd lengths).
+    head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+    width = model.config.num_key_value_heads * head_dim
+    options.setdefault("q_group_size", math.gcd(64, width))
+    if width % options["q_group_size"]:
+        raise UnknownMethodError(f"method {name!r}: q_group_size {options['q_group_size']} must divide kv_heads x head_dim = {width}")
+
+    def make_quantized_cache():
+        return QuantizedCache(backend=QUANTIZED_CACHE_BACKEND, config=model.config, nbits=spec.kv_cache_bits, **options)
+
+    return make_quantized_cache
+
+
 def build_press(name: str, retention: float, kwargs: dict | None = None, seed: int | None = None):
-    """Instantiate the press for a method at a retention, or ``None`` for the full cache."""
+    """Instantiate the press for a method at a retention, or ``None`` when the method has no press."""
     spec = get_method(name)
     press_class = resolve_press_class(spec)
     if press_class is None:
         if retention != FULL_RETENTION:
             raise ValueError(f"{name} keeps the whole cache; its retention must be 1.0, got {retention}")
+        if spec.kv_cache_bits is not None:
+            resolve_quantization_backend(spec)
+            _quantized_cache_options(name, kwargs)
+        elif kwargs:
+            raise UnknownMethodError(f"method {name!r} takes no kwargs, got {sorted(kwargs)}")
         return None
     options = {**spec.default_kwargs, **(kwargs or {})}
     accepted = {f.name for f in dataclasses.fields(press_class)}
@@ -111,8 +170,12 @@ def doctor() -> list[dict]:
     for spec in METHODS.values():
         try:
             press_class = resolve_press_class(spec)
+            backend = resolve_quantization_backend(spec)
             status = "ok"
-            target = "(no press)" if press_class is None else f"kvpress.{press_class.__name__}"
+            if backend is not None:
+                target = f"transformers.QuantizedCache({spec.kv_cache_bits}-bit, {backend})"
+            else:
+                target = "(no press)" if press_class is None else f"kvpress.{press_class.__name__}"
         except UnknownMethodError as error:
             status, target = "missing", str(error)
         rows.append({"method": spec.name, "label": spec.label, "status": status, "press": target})

@@ -6,6 +6,8 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     p = job.params
-    rows = load_longbench_rows(p.task, dataset_name=p.dataset, hub_id=p.hub_id, local_path=p.local_path, split=p.split)
+    rows = load_longbench_rows(
+        p.task, dataset_name=p.dataset, hub_id=p.hub_id, local_path=p.local_path, split=p.split, data_dir=p.data_dir
+    )
     facts = write_dataset(normalise_rows(rows, p.task, p.num_examples), job.output.rows, params_of(job), p.seed)
     print(f"wrote {facts['rows']} rows of {p.dataset}/{p.task} (sha256 {facts['sha256'][:12]})")

@@ -1,0 +1,58 @@
+"""run_cell (the generate rule's work) on the demo model: records carry the mode, retention and truncation."""
+
+from pathlib import Path
+
+import pytest
+
+from kvcache_bench.data import make_synthetic_rows, normalise_rows
+from kvcache_bench.demo_model import build_demo_model
+from kvcache_bench.engine import ModelSettings, run_cell
+
+DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo"
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory):
+    return str(build_demo_model(DEMO / "model_config.json", DEMO / "tokenizer", 1234, tmp_path_factory.mktemp("model")))
+
+
+@pytest.fixture(scope="module")
+def rows():
+    generated = make_synthetic_rows(3, seed=7, min_words=60, max_words=90, questions_per_document=2)
+    return normalise_rows(generated, "synthetic_qa", None)
+
+
+def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tokens=2048, batch_size=1):
+    return list(
+        run_cell(
+            rows,
+            task="synthetic_qa",
+            model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=max_context_tokens),
+            method=method,
+            retention=retention,
+            batch_size=batch_size,
+            question_mode=mode,
+            max_new_tokens=4,
+            seed=0,
+            method_kwargs={"window_size": 4} if method == "snapkv" else None,
+            progress=False,
+        )
+    )
+
+
+def test_question_agnostic_cell_compresses_each_document_once_and_keeps_row_order(rows, demo_model):
+    records = cell(rows, demo_model, "question_agnostic")
+    assert [r["id"] for r in records] == [r["_id"] for r in rows]
+    assert all(r["question_mode"] == "question_agnostic" and r["shared_context_questions"] == 2 for r in records)
+    for record in records:
+        assert record["pressed_tokens"] < record["prompt_tokens"]  # the question was not pressed
+        assert record["effective_retention"] == pytest.approx(0.5, abs=0.01)
+        assert record["kept_tokens"] == pytest.approx(record["pressed_tokens"] // 2, abs=1)
+    aware = cell(rows, demo_model, "question_aware")
+    assert all(r["pressed_tokens"] == r["prompt_tokens"] and r["shared_context_questions"] == 1 for r in aware)
+
+
+def test_truncation_is_recorded(rows, demo_model):
+    records = cell(rows[:2], demo_model, "question_aware", method="full_cache", retention=1.0, max_context_tokens=48)
+    assert all(r["truncated"] and r["prompt_tokens"] == 48 < r["original_prompt_tokens"] for r in records)
+    assert all(r["max_context_tokens"] == 48 and r["effective_retention"] == 1.0 for r in records)
