@@ -5,23 +5,20 @@
 
 import yaml
 
-CANARY_TRAIN_SETTINGS = "config/canary-train.yaml"
-
-
-def canary_train_settings():
-    with open(os.path.join(workflow.basedir, CANARY_TRAIN_SETTINGS)) as handle:
-        return yaml.safe_load(handle)
+CANARY_TRAIN_CONFIG = "config/canary-train.yaml"
+with open(os.path.join(workflow.basedir, CANARY_TRAIN_CONFIG)) as handle:
+    CANARY_TRAIN_SETTINGS = yaml.safe_load(handle)
 
 
 rule train_canary:
     input:
-        settings=CANARY_TRAIN_SETTINGS,
+        settings=CANARY_TRAIN_CONFIG,
     output:
         model_dir=directory("results/models/canary"),
     log:
         "logs/train_canary.log",
     params:
-        settings=canary_train_settings(),
+        settings=CANARY_TRAIN_SETTINGS,
     threads: 8
     resources:
         gpu=1,
