@@ -74,11 +74,11 @@ def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
     return 100.0 * sum(scores) / len(scores)
 
 
-def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0) -> list[str]:
+def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu") -> list[str]:
     """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
     from .engine import ModelSettings, run_cell
 
-    model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device="cpu")
+    model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
     kwargs = METHOD_KWARGS.get(setting.method, {})
     if setting.batch_size == 1:
         records = run_cell(
@@ -122,10 +122,10 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     return answers
 
 
-def canary_report(model_dir: str | Path = CANARY_DIR, rows: list[dict] | None = None, settings=REPORT_SETTINGS) -> dict[str, float]:
+def canary_report(model_dir: str | Path = CANARY_DIR, rows: list[dict] | None = None, settings=REPORT_SETTINGS, device: str = "cpu") -> dict[str, float]:
     """Mean F1 (x100) on the held-out set for each setting, keyed by ``Setting.name``."""
     rows = rows if rows is not None else held_out_rows()
-    return {s.name: round(_mean_f1(predictions_for(s, rows, model_dir), rows), 1) for s in settings}
+    return {s.name: round(_mean_f1(predictions_for(s, rows, model_dir, device=device), rows), 1) for s in settings}
 
 
 if __name__ == "__main__":
@@ -136,6 +136,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="Score a canary model directory on the held-out synthetic set")
     parser.add_argument("model_dir", nargs="?", default=str(CANARY_DIR))
     parser.add_argument("--documents", type=int, default=12)
+    parser.add_argument("--device", default="cpu", help="the tests score on cpu; cuda is quicker on a GPU machine")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    print(json.dumps(canary_report(args.model_dir, held_out_rows(args.documents)), indent=2))
+    print(json.dumps(canary_report(args.model_dir, held_out_rows(args.documents), device=args.device), indent=2))

@@ -263,8 +263,8 @@ def _time_step(model, batch, device) -> float:
     return (time.perf_counter() - start) / 2 * 1.15  # the optimizer step and the data wait on top
 
 
-def steps_within(budget_s: float, model, vocab: Vocabulary, settings: TrainSettings, device) -> tuple[int, dict]:
-    """The most steps (up to settings.steps) whose estimated time fits ``budget_s``.
+def steps_within(budget_s: float, model, vocab: Vocabulary, settings: TrainSettings, device, started: float) -> tuple[int, dict]:
+    """The most steps (up to settings.steps) whose estimated time fits what is left of ``budget_s``.
 
     Step time is measured at a few curriculum lengths and interpolated; the curriculum is stretched over
     the chosen step count, so shorter runs still reach the longest sequences.
@@ -274,6 +274,7 @@ def steps_within(budget_s: float, model, vocab: Vocabulary, settings: TrainSetti
     for length in probe_lengths:
         probe = dataclass_replace(settings, steps=1, min_sequence_tokens=length, max_sequence_tokens=length)
         measured[length] = _time_step(model, training_batch(0, vocab, probe), device)
+    budget_s -= time.perf_counter() - started + 5.0  # what set-up and measuring took, and starting the workers
 
     def estimate(total: int) -> float:
         trial = dataclass_replace(settings, steps=total)
@@ -312,7 +313,7 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
     """Train the canary into ``out_dir`` (config, tokenizer, model.safetensors, training_log.json).
 
     With ``time_budget_s`` the step count is cut to what fits (measured first, logged), and training stops
-    and saves if it still runs past 110% of the budget; the log says which happened.
+    and saves if it still runs past 105% of the budget; the log says which happened.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -328,7 +329,7 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
     model = build_canary_model(settings, tokenizer).to(device)
     calibration = None
     if time_budget_s:
-        steps, measured = steps_within(time_budget_s, model, vocab, settings, device)
+        steps, measured = steps_within(time_budget_s, model, vocab, settings, device, started)
         calibration = {"budget_s": time_budget_s, "configured_steps": settings.steps, "chosen_steps": steps, "step_seconds_by_length": measured}
         log.info("time budget %.0f s: %d of %d steps fit (step seconds by length: %s)", time_budget_s, steps, settings.steps, measured)
         settings = dataclass_replace(settings, steps=steps)
@@ -393,14 +394,14 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
             record["history"].append(entry)
             print(json.dumps(entry), flush=True)
             window_loss, window_accuracy, window_count, window_start = 0.0, 0.0, 0, time.perf_counter()
-        over_time = time_budget_s is not None and time.perf_counter() - started > 1.1 * time_budget_s
+        over_time = time_budget_s is not None and time.perf_counter() - started > 1.05 * time_budget_s
         if done % settings.checkpoint_every == 0 or done == settings.steps or over_time:
             record["steps_done"] = done
             _save_weights(model, out)
             _write_log(out, record)
         if over_time:
             record["stopped_by_time_limit"] = True
-            log.warning("stopped at step %d: past 110%% of the %.0f s budget", done, time_budget_s)
+            log.warning("stopped at step %d: past 105%% of the %.0f s budget", done, time_budget_s)
             break
     record["steps_done"] = step + 1
     record["finished"] = step + 1 == settings.steps
@@ -422,7 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, help="directory for config, tokenizer, weights, training_log.json")
     parser.add_argument("--steps", type=int, help="override the config's step count")
     parser.add_argument("--num-workers", type=int, help="override the config's DataLoader workers")
-    parser.add_argument("--time-budget-s", type=float, help="cut the step count to what fits, and stop past 110%%")
+    parser.add_argument("--time-budget-s", type=float, help="cut the step count to what fits, and stop past 105%%")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(args.config)

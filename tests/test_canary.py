@@ -112,7 +112,7 @@ def test_a_short_run_learns_the_answer_format(tmp_path):
 
 
 def test_a_time_budget_cuts_the_step_count_and_says_so(tmp_path):
-    record = train_canary(tiny_settings(steps=100_000), tmp_path, time_budget_s=2.0)
+    record = train_canary(tiny_settings(steps=100_000), tmp_path, time_budget_s=8.0)
     assert 1 <= record["settings"]["steps"] < 100_000
     assert record["calibration"]["chosen_steps"] == record["settings"]["steps"]
     assert record["finished"] or record["stopped_by_time_limit"]
