@@ -71,6 +71,7 @@ class TrainSettings:
     min_sequence_tokens: int = 64
     max_sequence_tokens: int = 2304  # a 2,048-word document, its prompt and four questions
     curriculum_fraction: float = 0.6
+    short_batch_fraction: float = 0.2  # batches whose length is drawn below the curriculum's
     questions_per_sequence: int = 4
     min_facts: int = 4
     max_facts: int = 8
@@ -163,6 +164,8 @@ def training_batch(step: int, vocab: Vocabulary, settings: TrainSettings) -> dic
     """The batch of ``step``: a function of (seed, step) alone, so any worker can build any step."""
     rng = random.Random(settings.seed * 1_000_003 + step)
     length = sequence_length_at(step, settings)
+    if rng.random() < settings.short_batch_fraction:  # keep short documents in practice once the curriculum is past them
+        length = rng.randint(settings.min_sequence_tokens, length)
     sequences = [training_sequence(rng, vocab, length, settings) for _ in range(sequences_at(length, settings))]
     width = max(len(ids) for ids, _ in sequences)
     input_ids = torch.full((len(sequences), width), vocab.pad, dtype=torch.long)

@@ -21,8 +21,9 @@ fi
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error
 workers=${TRAIN_WORKERS:-$(( $(nproc) > 4 ? $(nproc) - 2 : 1 ))}
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv || true
-python3 -m kvcache_bench.train --config config/canary-train.yaml --out "$OUT/canary" \
+python3 -m kvcache_bench.train --config "${TRAIN_CONFIG:-config/canary-train.yaml}" --out "$OUT/canary" \
   --num-workers "$workers" --time-budget-s "${TRAIN_BUDGET_S:-400}"
 # The report needs kvpress (in .whl); a failure here leaves the trained weights intact.
 timeout "${REPORT_TIMEOUT_S:-90}" python3 -m kvcache_bench.canary "$OUT/canary" --device cuda > "$OUT/canary_report.json" \
-  && cat "$OUT/canary_report.json" || echo "scoring did not finish; the weights in \$OUT/canary are complete"
+  && cat "$OUT/canary_report.json" \
+  || { rm -f "$OUT/canary_report.json"; echo "scoring did not finish; the weights in \$OUT/canary are complete"; }
