@@ -99,7 +99,7 @@ class TrainSettings:
 
 
 class Vocabulary:
-    """Word -> id for the canary's word-level tokenizer, plus the prompt's fixed pieces as ids."""
+    """Word -> id as the canary's word-level tokenizer maps them (each word of these texts is one token)."""
 
     def __init__(self, tokenizer):
         self.ids = tokenizer.get_vocab()
