@@ -46,7 +46,7 @@ def has_weights(model_dir: str | Path = CANARY_DIR) -> bool:
     return (Path(model_dir) / "model.safetensors").is_file() and (Path(model_dir) / "config.json").is_file()
 
 
-def held_out_rows(n_documents: int = 12, questions_per_document: int = 4, min_words: int = 256, max_words: int = 2048) -> list[dict]:
+def held_out_rows(n_documents: int = 10, questions_per_document: int = 4, min_words: int = 256, max_words: int = 2048) -> list[dict]:
     """Documents of 256-2,048 tokens, six facts each, four questions per document, in a mixed order.
 
     Mixing matters for the batched harness: consecutive rows share a document (and its length), and a
@@ -135,7 +135,7 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="Score a canary model directory on the held-out synthetic set")
     parser.add_argument("model_dir", nargs="?", default=str(CANARY_DIR))
-    parser.add_argument("--documents", type=int, default=12)
+    parser.add_argument("--documents", type=int, default=10)
     parser.add_argument("--device", default="cpu", help="the tests score on cpu; cuda is quicker on a GPU machine")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
