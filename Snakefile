@@ -27,6 +27,7 @@ include: "rules/aggregate.smk"
 include: "rules/figures.smk"
 include: "rules/perf_common.smk"
 include: "rules/perf.smk"
+include: "rules/train.smk"
 
 
 rule all:

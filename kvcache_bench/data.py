@@ -6,6 +6,7 @@ all_classes, _id. Everything downstream reads only this schema.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import random
@@ -190,10 +191,16 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
 
 # ---------------------------------------------------------------------------------------------------
 # The offline demo's data: seeded synthetic documents whose answers are words in the text.
+#
+# A document is filler sentences with a few facts "the <attribute> of <entity> is <value> ." spread among
+# them; a question asks for one fact's value (1-3 invented names). Every word is its own token in the
+# demo's word-level tokenizer, so a document of n words is n tokens. The canary model is trained on this
+# very generator (kvcache_bench.train), which is why it is one function of a seeded ``random.Random``.
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
 _NUCLEI = ("a", "e", "i", "o", "u")
-_CODAS = ("n", "r", "l", "s", "x", "k")
+_CODAS = ("n", "r", "l", "s")
+_ENDINGS = ("a", "o", "en", "is")
 FILLER_WORDS = (
     "the a of and to in is was it that for on with as by at from this which be are were has had have "
     "not but or an its their they there been more also most some other into than then these those "
@@ -203,64 +210,67 @@ FILLER_WORDS = (
     "north south east west old small large long quiet busy early late local famous ancient modern "
     "built opened closed moved grew changed visited described recorded noted known called named held"
 ).split()
-ATTRIBUTES = ("capital", "colour", "founder", "river", "animal", "instrument", "festival", "mountain")
-QUESTION_TEMPLATES = {
-    "capital": "what is the capital of {entity} ?",
-    "colour": "what is the colour of the flag of {entity} ?",
-    "founder": "who founded {entity} ?",
-    "river": "which river flows through {entity} ?",
-    "animal": "what animal is the symbol of {entity} ?",
-    "instrument": "which instrument is played in {entity} ?",
-    "festival": "what festival is held in {entity} ?",
-    "mountain": "which mountain overlooks {entity} ?",
-}
-FACT_TEMPLATES = {
-    "capital": "the capital of {entity} is {value} .",
-    "colour": "the colour of the flag of {entity} is {value} .",
-    "founder": "{entity} was founded by {value} .",
-    "river": "the river {value} flows through {entity} .",
-    "animal": "the symbol of {entity} is the {value} .",
-    "instrument": "in {entity} people play the {value} .",
-    "festival": "every year {entity} holds the {value} festival .",
-    "mountain": "the mountain {value} overlooks {entity} .",
-}
+ATTRIBUTES = ("capital", "colour", "founder", "river", "animal", "instrument", "festival", "mountain", "motto", "emblem")
+FACT_TEMPLATE = "the {attribute} of {entity} is {value} ."
+QUESTION_TEMPLATE = "what is the {attribute} of {entity} ?"
+MAX_ANSWER_WORDS = 3
 PUNCTUATION = (".", ",", "?", ":")
 SPECIAL_TOKENS = ("<unk>", "<pad>", "<s>", "</s>")
+PROMPT_WORDS = "read the document and answer the question . document : question : answer :".split()
 
 
-def synthetic_names() -> list[str]:
-    return sorted({o + n + c + o2 + n2 for o in _ONSETS for n in _NUCLEI for c in _CODAS for o2 in _ONSETS[:4] for n2 in _NUCLEI[:2]})
+@functools.lru_cache(maxsize=1)
+def synthetic_names() -> tuple[str, ...]:
+    """The invented names that entities and answers are made of (none is a filler word)."""
+    names = {o + n + c + e for o in _ONSETS for n in _NUCLEI for c in _CODAS for e in _ENDINGS}
+    return tuple(sorted(names - set(FILLER_WORDS) - set(ATTRIBUTES)))
 
 
 def synthetic_vocabulary() -> list[str]:
-    """Every word the synthetic generator can emit (the demo tokenizer must cover all of them)."""
-    words = set(FILLER_WORDS) | set(PUNCTUATION) | set(synthetic_names())
-    for template in list(QUESTION_TEMPLATES.values()) + list(FACT_TEMPLATES.values()):
+    """Every word the synthetic generator and the task prompt can emit (the demo tokenizer covers them)."""
+    words = set(FILLER_WORDS) | set(PUNCTUATION) | set(synthetic_names()) | set(ATTRIBUTES) | set(PROMPT_WORDS)
+    for template in (FACT_TEMPLATE, QUESTION_TEMPLATE):
         words |= {w for w in template.split() if not w.startswith("{")}
-    for template in ("read the document and answer the question . document : question : answer :",):
-        words |= set(template.split())
     return sorted(words)
 
 
-def _filler_sentence(rng: random.Random) -> str:
-    return " ".join(rng.choice(FILLER_WORDS) for _ in range(rng.randint(6, 14))) + " ."
+def synthetic_question(fact: dict) -> str:
+    return QUESTION_TEMPLATE.format(attribute=fact["attribute"], entity=fact["entity"])
 
 
-def make_synthetic_document(rng: random.Random, n_words: int, n_facts: int) -> tuple[str, list[dict]]:
-    names = synthetic_names()
-    entities = rng.sample(names, n_facts)
-    attributes = [rng.choice(ATTRIBUTES) for _ in entities]
-    facts = []
-    for entity, attribute in zip(entities, attributes):
-        value = rng.choice([n for n in names if n != entity])
-        facts.append({"entity": entity, "attribute": attribute, "value": value})
+def _filler_sentence(rng: random.Random, n_words: int) -> list[str]:
+    return rng.choices(FILLER_WORDS, k=n_words) + ["."]
+
+
+def make_synthetic_document(
+    rng: random.Random, n_words: int, n_facts: int, max_answer_words: int = MAX_ANSWER_WORDS
+) -> tuple[str, list[dict]]:
+    """A document of ``n_words`` words (or one fewer) holding ``n_facts`` facts at random sentence breaks.
+
+    Entities and answer words are distinct within a document, so every question has one answer.
+    """
+    chosen = rng.sample(synthetic_names(), n_facts * (1 + max_answer_words))
+    facts, fact_sentences = [], []
+    for index in range(n_facts):
+        entity = chosen[index * (1 + max_answer_words)]
+        n_value_words = rng.randint(1, max_answer_words)
+        value_words = chosen[index * (1 + max_answer_words) + 1 : index * (1 + max_answer_words) + 1 + n_value_words]
+        fact = {"entity": entity, "attribute": rng.choice(ATTRIBUTES), "value": " ".join(value_words)}
+        facts.append(fact)
+        fact_sentences.append(FACT_TEMPLATE.format(**fact).split())
+    filler_budget = n_words - sum(len(s) for s in fact_sentences)
+    if filler_budget < 2:
+        raise ValueError(f"{n_facts} facts do not fit in a document of {n_words} words")
     sentences = []
-    while sum(len(s.split()) for s in sentences) < n_words:
-        sentences.append(_filler_sentence(rng))
-    for fact in facts:
-        sentence = FACT_TEMPLATES[fact["attribute"]].format(entity=fact["entity"], value=fact["value"])
-        sentences.insert(rng.randint(0, len(sentences)), sentence)
-    return " ".join(sentences), facts
+    while filler_budget >= 2:
+        length = rng.randint(6, 14)
+        if filler_budget - (length + 1) < 7:  # the last sentence takes what is left
+            length = filler_budget - 1
+        sentences.append(_filler_sentence(rng, length))
+        filler_budget -= length + 1
+    for words in fact_sentences:
+        sentences.insert(rng.randint(0, len(sentences)), words)
+    return " ".join(word for sentence in sentences for word in sentence), facts
 
 
 def make_synthetic_rows(
@@ -274,6 +284,8 @@ def make_synthetic_rows(
     task: str = "synthetic_qa",
 ) -> list[dict]:
     """Seeded long-document QA in LongBench's schema; several questions share each document."""
+    if not 0 < min_words <= max_words:
+        raise ValueError(f"need 0 < min_words <= max_words, got {min_words}, {max_words}")
     rng = random.Random(seed)
     rows = []
     for doc_index in range(n_documents):
@@ -281,7 +293,7 @@ def make_synthetic_rows(
         for q_index, fact in enumerate(rng.sample(facts, min(questions_per_document, len(facts)))):
             rows.append(
                 {
-                    "input": QUESTION_TEMPLATES[fact["attribute"]].format(entity=fact["entity"]),
+                    "input": synthetic_question(fact),
                     "context": context,
                     "answers": [fact["value"]],
                     "length": len(context.split()),

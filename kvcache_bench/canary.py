@@ -1,0 +1,142 @@
+"""The canary's report card: what each compression setting costs it, measured by the engine itself.
+
+A held-out synthetic set (a seed training never uses) goes through ``engine.run_cell`` for batch-1 cells
+and through ``engine.generate_padded_batch`` for the padding-unaware batched harness that ``checks.py``
+refuses, so the published padding collapse can be reproduced offline. tests/test_canary.py asserts the
+targets on these numbers; tools/gpu/train_canary.sh prints them right after training.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+CANARY_DIR = Path(__file__).resolve().parent.parent / "resources" / "canary"
+TASK = "synthetic_qa"
+HELD_OUT_SEED = 777  # training draws its documents from (training seed, step); this seed is never used there
+METHOD_KWARGS = {"snapkv": {"window_size": 8}}  # as config/demo.yaml: the prompt's question fits in 8 tokens
+
+
+@dataclass(frozen=True)
+class Setting:
+    method: str
+    retention: float = 1.0
+    question_mode: str = "question_aware"
+    batch_size: int = 1
+
+    @property
+    def name(self) -> str:
+        mode = "aware" if self.question_mode == "question_aware" else "agnostic"
+        return f"{self.method}@{self.retention:.2f}/{mode}/batch-{self.batch_size}"
+
+
+REPORT_SETTINGS = (
+    Setting("full_cache"),
+    Setting("snapkv", 0.5),
+    Setting("snapkv", 0.5, "question_agnostic"),
+    Setting("streaming_llm", 0.5),
+    Setting("random", 0.5),
+    Setting("snapkv", 0.5, batch_size=4),
+    Setting("streaming_llm", 0.5, batch_size=4),
+)
+
+
+def has_weights(model_dir: str | Path = CANARY_DIR) -> bool:
+    return (Path(model_dir) / "model.safetensors").is_file() and (Path(model_dir) / "config.json").is_file()
+
+
+def held_out_rows(n_documents: int = 10, questions_per_document: int = 4, min_words: int = 256, max_words: int = 2048) -> list[dict]:
+    """Documents of 256-2,048 tokens, six facts each, four questions per document, in a mixed order.
+
+    Mixing matters for the batched harness: consecutive rows share a document (and its length), and a
+    batch of equal lengths has no padding to go wrong.
+    """
+    from .data import make_synthetic_rows
+
+    rows = make_synthetic_rows(
+        n_documents,
+        seed=HELD_OUT_SEED,
+        min_words=min_words,
+        max_words=max_words,
+        facts_per_document=6,
+        questions_per_document=questions_per_document,
+        task=TASK,
+    )
+    random.Random(HELD_OUT_SEED).shuffle(rows)
+    return rows
+
+
+def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
+    from .metrics import score_example
+
+    scores = [score_example(TASK, p, r["answers"]) for p, r in zip(predictions, rows)]
+    return 100.0 * sum(scores) / len(scores)
+
+
+def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu") -> list[str]:
+    """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
+    from .engine import ModelSettings, run_cell
+
+    model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
+    kwargs = METHOD_KWARGS.get(setting.method, {})
+    if setting.batch_size == 1:
+        records = run_cell(
+            rows,
+            task=TASK,
+            model_settings=model_settings,
+            method=setting.method,
+            retention=setting.retention,
+            batch_size=1,
+            question_mode=setting.question_mode,
+            max_new_tokens=8,
+            seed=seed,
+            method_kwargs=kwargs,
+            progress=False,
+        )
+        return [record["prediction"] for record in records]
+    return _padded_predictions(setting, rows, model_settings, kwargs, seed)
+
+
+def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwargs: dict, seed: int) -> list[str]:
+    """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
+    import torch
+
+    from .engine import decode_answer, generate_padded_batch, load_model, load_tokenizer, pick_device, stop_token_ids
+    from .methods import build_press
+    from .prompts import build_prompt_tokens
+
+    if setting.question_mode != "question_aware":
+        raise ValueError("the padded harness prefills the whole prompt: question-aware only")
+    torch.manual_seed(seed)
+    tokenizer = load_tokenizer(model_settings.path)
+    model = load_model(model_settings.path, model_settings.dtype, model_settings.attn_implementation, pick_device(model_settings.device))
+    press = build_press(setting.method, setting.retention, kwargs, seed=seed)
+    stop_ids = stop_token_ids(model, tokenizer)
+    prompts = [build_prompt_tokens(tokenizer, TASK, r["context"], r["input"], model_settings.max_context_tokens) for r in rows]
+    answers = []
+    for start in range(0, len(prompts), setting.batch_size):
+        chunk = prompts[start : start + setting.batch_size]
+        for generation in generate_padded_batch(model, chunk, press, tokenizer.pad_token_id, 8, stop_ids):
+            answers.append(decode_answer(tokenizer, generation.token_ids, stop_ids))
+    return answers
+
+
+def canary_report(model_dir: str | Path = CANARY_DIR, rows: list[dict] | None = None, settings=REPORT_SETTINGS, device: str = "cpu") -> dict[str, float]:
+    """Mean F1 (x100) on the held-out set for each setting, keyed by ``Setting.name``."""
+    rows = rows if rows is not None else held_out_rows()
+    return {s.name: round(_mean_f1(predictions_for(s, rows, model_dir, device=device), rows), 1) for s in settings}
+
+
+if __name__ == "__main__":
+    import argparse
+    import json
+    import logging
+
+    parser = argparse.ArgumentParser(description="Score a canary model directory on the held-out synthetic set")
+    parser.add_argument("model_dir", nargs="?", default=str(CANARY_DIR))
+    parser.add_argument("--documents", type=int, default=10)
+    parser.add_argument("--device", default="cpu", help="the tests score on cpu; cuda is quicker on a GPU machine")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    print(json.dumps(canary_report(args.model_dir, held_out_rows(args.documents), device=args.device), indent=2))

@@ -1,0 +1,10 @@
+"""Snakemake adapter: train the canary model (kvcache_bench.train) into the rule's model directory."""
+
+from kvcache_bench.train import TrainSettings, train_canary
+from kvcache_bench.workflow import current_job, logging_to
+
+job = current_job(globals())
+with logging_to(job):
+    settings = TrainSettings.from_dict({**job.params.settings, "num_workers": max(0, int(job.threads) - 1)})
+    record = train_canary(settings, job.output.model_dir)
+    print(f"trained the canary for {record['steps_done']} steps in {record['seconds']} s")
