@@ -82,6 +82,21 @@ def detected_gpu_count() -> int:
     return 0
 
 
+def local_gpu_slots(environ=None) -> int:
+    """How many GPU jobs may run at once here (profiles/local: ``--resources gpu=<this>``).
+
+    The GPUs this process may use (``CUDA_VISIBLE_DEVICES`` if set, else all detected); on a machine
+    without GPUs, the CPU count, so GPU rules still run (on CPU) without an extra limit.
+    """
+    environ = os.environ if environ is None else environ
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        gpus = len([d for d in visible.split(",") if d.strip()])
+    else:
+        gpus = detected_gpu_count()
+    return gpus if gpus > 0 else (os.cpu_count() or 1)
+
+
 def _under_scheduler(environ) -> bool:
     return any(environ.get(name) for name in SCHEDULER_JOB_VARIABLES)
 
@@ -178,6 +193,16 @@ def _trace(path: str, record: dict) -> None:
         handle.write(json.dumps(record) + "\n")
 
 
+def _cuda_evidence() -> dict:
+    """Which physical GPU this process actually used (its UUID, as nvidia-smi prints it), if CUDA ran."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return {"cuda_used": False}
+    properties = torch.cuda.get_device_properties(0)
+    return {"cuda_used": True, "cuda_device_name": properties.name, "cuda_device_uuid": f"GPU-{properties.uuid}",
+            "max_memory_allocated": int(torch.cuda.max_memory_allocated(0))}
+
+
 def pin_gpus_for_job(job) -> GpuPin:
     """Pin the GPUs a Snakemake job asked for (``resources: gpu=N``); nothing for CPU jobs or device: cpu."""
     resources = getattr(job, "resources", None) or {}
@@ -194,9 +219,11 @@ def pin_gpus_for_job(job) -> GpuPin:
         claimed_at = time.time()
 
         def record_release():
-            _trace(trace_path, {"pid": os.getpid(), "host": socket.gethostname(), "devices": pin.devices,
-                                "source": pin.source, "output": outputs[0] if outputs else None,
-                                "claimed_at": claimed_at, "released_at": time.time()})
+            record = {"pid": os.getpid(), "host": socket.gethostname(), "devices": pin.devices,
+                      "source": pin.source, "output": outputs[0] if outputs else None,
+                      "claimed_at": claimed_at, "released_at": time.time()}
+            record.update(_cuda_evidence())
+            _trace(trace_path, record)
 
         atexit.register(record_release)
     return pin

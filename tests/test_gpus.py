@@ -161,3 +161,42 @@ def test_job_pin_sets_cuda_visible_devices_and_traces_the_claim(tmp_path, monkey
     (record,) = [json.loads(line) for line in trace.read_text().splitlines()]
     assert record["devices"] == ["0"] and record["output"] == "results/predictions/x.jsonl"
     assert record["claimed_at"] <= record["released_at"]
+
+
+def local_profile_resources(monkeypatch, **environ):
+    from snakemake.profiles import ProfileConfigFileParser
+
+    monkeypatch.chdir(REPO)
+    for name in ("CUDA_VISIBLE_DEVICES", "KVCACHE_BENCH_GPU_COUNT"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    with open(REPO / "profiles" / "local" / "config.yaml") as handle:
+        return ProfileConfigFileParser().parse(handle)["resources"]
+
+
+def test_local_profile_allows_one_generation_job_per_gpu_present(monkeypatch):
+    assert local_profile_resources(monkeypatch, KVCACHE_BENCH_GPU_COUNT="4") == ["gpu=4"]
+    assert local_profile_resources(monkeypatch, KVCACHE_BENCH_GPU_COUNT="4", CUDA_VISIBLE_DEVICES="1,3") == ["gpu=2"]
+    # no GPU: generation runs on CPU, limited only by --cores
+    assert local_profile_resources(monkeypatch, KVCACHE_BENCH_GPU_COUNT="0") == [f"gpu={os.cpu_count()}"]
+
+
+@pytest.mark.slow
+def test_multigpu_check_rehearsal_runs_two_generation_jobs_at_once_on_different_gpus(tmp_path):
+    """tools/gpu/multigpu_check.sh end to end on CPU, with 2 fake GPUs: the same plumbing as on the GPU box."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID")}
+    env.update(REHEARSAL="1", GPUS="2", OUT=str(out), PYTHON=sys.executable,
+               PATH=os.path.dirname(sys.executable) + os.pathsep + env["PATH"])
+    result = subprocess.run(["bash", "tools/gpu/multigpu_check.sh"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + (out / "snakemake.log").read_text()[-3000:]
+    report = json.loads((out / "multigpu_report.json").read_text())
+    jobs = report["jobs"]
+    assert sorted(job["locked_gpu_index"] for job in jobs) == [["0"], ["1"]]
+    assert report["seconds_all_jobs_overlapped"] > 0
+    assert all("/predictions/" in job["output"] for job in jobs)
+    log_lines = (out / "gpu_log_lines.txt").read_text()
+    assert "CUDA_VISIBLE_DEVICES=0 (lock" in log_lines and "CUDA_VISIBLE_DEVICES=1 (lock" in log_lines
+    assert not (REPO / "multigpu-out").exists()
