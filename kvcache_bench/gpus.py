@@ -6,9 +6,10 @@ it takes an exclusive lock on ``<lock dir>/gpu-<index>.lock`` and sets ``CUDA_VI
 index before CUDA starts. The lock is held for the life of the job's process; the operating system drops
 it when the process exits, even on a crash or ``kill -9``, so a dead job never keeps a GPU.
 
-A scheduler that already assigned GPUs (SLURM sets ``CUDA_VISIBLE_DEVICES`` for ``--gpus=1``) is obeyed
-as is. A ``CUDA_VISIBLE_DEVICES`` listing several GPUs outside a scheduler is taken as the pool to pick
-from (e.g. ``CUDA_VISIBLE_DEVICES=2,3 snakemake --resources gpu=2``).
+GPUs already assigned are obeyed as they are: SLURM sets ``CUDA_VISIBLE_DEVICES`` to the GPU a
+``--gpus=1`` job got, and a job inside a scheduler's allocation without that variable is left alone. A
+``CUDA_VISIBLE_DEVICES`` listing more GPUs than the job needs is the pool to pick from (e.g.
+``CUDA_VISIBLE_DEVICES=2,3 snakemake --resources gpu=2``, or a local run inside a 4-GPU ``salloc``).
 
 Environment:
   KVCACHE_BENCH_GPU_LOCK_DIR  where the locks live (default: <tmp>/kvcache-bench-gpu-locks); all runs
@@ -166,23 +167,28 @@ def pin_gpus(wanted: int = 1, *, environ=None, count: int | None = None, lock_di
     if torch is not None and torch.cuda.is_initialized():
         raise RuntimeError("pin_gpus must run before CUDA is initialised: CUDA reads CUDA_VISIBLE_DEVICES once")
     assigned = environ.get("CUDA_VISIBLE_DEVICES")
+    scheduled = _under_scheduler(environ)
     if assigned is not None:
         listed = [d.strip() for d in assigned.split(",") if d.strip()]
-        if _under_scheduler(environ):
-            return GpuPin(listed, "scheduler")
         if len(listed) <= wanted:
-            return GpuPin(listed, "environment")
+            return GpuPin(listed, "scheduler" if scheduled else "environment")
+        # more GPUs than this job needs (a user's list, or a whole `salloc` allocation): pick from them
         candidates = listed
+    elif scheduled:  # the scheduler confines GPUs its own way (cgroups) or gave none: do not guess
+        return GpuPin([], "scheduler")
     else:
         gpus = detected_gpu_count() if count is None else count
         if gpus == 0:
             return GpuPin([], "none")
         candidates = [str(index) for index in range(gpus)]
+        # detected indices are nvidia-smi's (PCI bus order); CUDA's default order may differ, so align them
+        environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    if lock_dir is None and scheduled:
+        # inside an allocation, indices are the allocation's own: keep its locks apart from other jobs'
+        lock_dir = f"{default_lock_dir()}-job{next(environ[v] for v in SCHEDULER_JOB_VARIABLES if environ.get(v))}"
     start = time.monotonic()
     claimed, handles = claim_gpus(wanted, candidates=candidates, lock_dir=lock_dir, timeout=timeout)
     _held_lock_files.extend(handles)
-    # NVML and nvidia-smi number GPUs by PCI bus; CUDA's default order may differ, so align them.
-    environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     environ["CUDA_VISIBLE_DEVICES"] = ",".join(claimed)
     return GpuPin(claimed, "lock", [h.name for h in handles], time.monotonic() - start)
 

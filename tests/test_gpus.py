@@ -114,11 +114,27 @@ def test_scheduler_assigned_gpu_is_kept_and_nothing_is_locked(tmp_path):
     environ = {"CUDA_VISIBLE_DEVICES": "3", "SLURM_JOB_ID": "42"}
     pin = gpus.pin_gpus(1, environ=environ, count=8, lock_dir=str(tmp_path))
     assert (pin.devices, pin.source, environ["CUDA_VISIBLE_DEVICES"]) == (["3"], "scheduler", "3")
-    # even when SLURM gives a job several GPUs, they are all the job's: no narrowing
+    # a job that asked SLURM for two GPUs keeps both
     environ = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "43"}
-    assert gpus.pin_gpus(1, environ=environ, count=8, lock_dir=str(tmp_path)).devices == ["0", "1"]
+    assert gpus.pin_gpus(2, environ=environ, count=8, lock_dir=str(tmp_path)).devices == ["0", "1"]
     assert environ["CUDA_VISIBLE_DEVICES"] == "0,1"
+    # inside an allocation that hides GPUs by cgroup (no CUDA_VISIBLE_DEVICES): no guessing
+    environ = {"SLURM_JOB_ID": "44"}
+    assert gpus.pin_gpus(1, environ=environ, count=8, lock_dir=str(tmp_path)).source == "scheduler"
+    assert environ == {"SLURM_JOB_ID": "44"}
     assert list(tmp_path.iterdir()) == []
+
+
+def test_local_jobs_inside_a_multi_gpu_allocation_split_it_with_job_specific_locks(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVCACHE_BENCH_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    first = {"CUDA_VISIBLE_DEVICES": "0,1", "SLURM_JOB_ID": "45"}
+    second = dict(first)
+    assert gpus.pin_gpus(1, environ=first).devices == ["0"]
+    assert gpus.pin_gpus(1, environ=second, timeout=1).devices == ["1"]
+    assert (first["CUDA_VISIBLE_DEVICES"], second["CUDA_VISIBLE_DEVICES"]) == ("0", "1")
+    assert [p.name for p in tmp_path.iterdir()] == ["locks-job45"]
+    for handle in gpus._held_lock_files[-2:]:
+        handle.close()
 
 
 def test_user_listed_gpus_are_the_pool_to_pick_from(tmp_path):

@@ -53,7 +53,7 @@ start=$(date +%s.%N)
   $targets >> "$OUT/snakemake.log" 2>&1
 end=$(date +%s.%N)
 [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null || true
-echo "generation wall time: $(echo "$end - $start" | bc 2>/dev/null || echo "$start..$end") s" >> "$OUT/snakemake.log"
+awk -v a="$start" -v b="$end" 'BEGIN { printf "generation wall time: %.1f s\n", b - a }' >> "$OUT/snakemake.log"
 grep -h "GPU: " logs/generate -r > "$OUT/gpu_log_lines.txt" || true
 
 evidence=()
