@@ -1,0 +1,80 @@
+"""Shared fixtures: a private copy of the workflow per test, and one demo run per test session."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+# A fake token: the demo run exports it, and no output or log may ever contain it.
+FAKE_HF_TOKEN = "hf_kvbench_fake_token_never_written_8d1f"
+
+
+def copy_workflow(destination: Path) -> Path:
+    """Copy the checkout's files (tracked and untracked-not-ignored; no results) to ``destination``."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO, capture_output=True, check=True,
+    ).stdout.decode().split("\0")
+    for relative in filter(None, listed):
+        source = REPO / relative
+        if source.is_file():
+            target = destination / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return destination
+
+
+def run_snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 900) -> subprocess.CompletedProcess:
+    environment = {**os.environ, **(env or {})}
+    environment.pop("PYTHONPATH", None)  # jobs must find the package through the Snakefile alone
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir, env=environment, capture_output=True, text=True, timeout=timeout,
+    )
+
+
+def planned_jobs(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a dry run, as {rule: count}."""
+    counts, in_table = {}, False
+    for line in output.splitlines():
+        if line.startswith("Job stats:"):
+            in_table = True
+            continue
+        if in_table:
+            match = re.match(r"^([A-Za-z_][\w]*)\s+(\d+)$", line.strip())
+            if match and match.group(1) != "total":
+                counts[match.group(1)] = int(match.group(2))
+            elif line.strip().startswith("total"):
+                break
+    return counts
+
+
+def write_config(workdir: Path, base: str, name: str, **overrides) -> Path:
+    config = yaml.safe_load((workdir / base).read_text())
+    for key, value in overrides.items():
+        config[key] = value
+    path = workdir / "config" / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def workflow_copy(tmp_path) -> Path:
+    return copy_workflow(tmp_path / "workflow")
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory) -> Path:
+    """The README's demo command, run once in a private copy; tests read (never modify) its outputs."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("demo") / "workflow")
+    result = run_snakemake(workdir, "--cores", "2", "--configfile", "config/demo.yaml", env={"HF_TOKEN": FAKE_HF_TOKEN})
+    assert result.returncode == 0, result.stderr[-5000:]
+    return workdir

@@ -1,0 +1,126 @@
+"""The pipeline as users drive it: dry runs, the demo end to end, refused targets, one-figure rebuilds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import FAKE_HF_TOKEN, planned_jobs, run_snakemake, write_config
+
+PIPELINE_RULES = {
+    "check_methods", "check_config", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
+}
+
+
+def test_demo_dry_run_plans_every_stage(workflow_copy):
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/demo.yaml")
+    assert result.returncode == 0, result.stderr
+    jobs = planned_jobs(result.stdout)
+    assert PIPELINE_RULES | {"make_synthetic_dataset", "build_demo_model"} <= set(jobs)
+    # 1 full-cache cell + 8 presses x 3 retentions
+    assert jobs["generate"] == 25 and jobs["score"] == 25
+
+
+def test_real_study_dry_run_plans_full_study(workflow_copy):
+    result = run_snakemake(workflow_copy, "-n")
+    assert result.returncode == 0, result.stderr
+    jobs = planned_jobs(result.stdout)
+    assert PIPELINE_RULES | {"download_dataset"} <= set(jobs)
+    assert jobs["generate"] == 25
+    assert "build_demo_model" not in jobs  # the real study loads hub weights; it builds nothing
+    assert "results/predictions/longbench/qasper/llama-3.1-8b-instruct/snapkv/question_aware/retention-0.10_batch-1.jsonl" in result.stdout
+
+
+def test_unknown_config_key_fails_naming_the_key(workflow_copy):
+    write_config(workflow_copy, "config/demo.yaml", "typo.yaml", retention=[0.5])
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/typo.yaml")
+    assert result.returncode != 0
+    assert "'retention' was unexpected" in result.stderr
+
+
+def test_unknown_method_fails_listing_allowed_methods(workflow_copy):
+    write_config(workflow_copy, "config/demo.yaml", "bad_method.yaml", methods=["full_cache", "snapkvv"])
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/bad_method.yaml")
+    assert result.returncode != 0
+    assert "'snapkvv' is not one of" in result.stderr and "'streaming_llm'" in result.stderr
+
+
+def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow_copy):
+    config = write_config(
+        workflow_copy, "config/demo.yaml", "batched.yaml",
+        methods=["full_cache", "snapkv"], retentions=[0.5], batch_sizes=[1, 4],
+    )
+    data = yaml.safe_load(config.read_text())
+    data["datasets"]["synthetic"]["num_examples"] = 4
+    config.write_text(yaml.safe_dump(data))
+
+    result = run_snakemake(workflow_copy, "--cores", "2", "--keep-going", "--configfile", "config/batched.yaml")
+    assert result.returncode != 0
+    refused = "synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.50_batch-4"
+    log = (workflow_copy / "logs/check_config" / f"{refused}.log").read_text()
+    assert f"refused target {refused}" in log and "padding" in log
+    predictions = workflow_copy / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama"
+    assert not (predictions / "snapkv/question_aware/retention-0.50_batch-4.jsonl").exists()
+    assert (predictions / "full_cache/question_aware/retention-1.00_batch-4.jsonl").exists()
+    assert (predictions / "snapkv/question_aware/retention-0.50_batch-1.jsonl").exists()
+    summary = pd.read_csv(workflow_copy / "results/tables/summary.csv")
+    assert not ((summary["method"] == "snapkv") & (summary["batch_size"] == 4)).any()
+    assert set(summary["batch_size"][summary["method"] == "full_cache"]) == {1, 4}
+
+
+def test_demo_end_to_end_produces_table_and_figure(demo_run):
+    summary = pd.read_csv(demo_run / "results/tables/summary.csv")
+    assert len(summary) == 25
+    assert (summary["n"] == 12).all() and not summary["incomplete"].any()
+    assert summary["score"].between(0, 100).all()
+    for figure in ("quality_vs_retention.png", "quality_vs_retention.svg"):
+        assert (demo_run / "results/figures" / figure).stat().st_size > 10_000
+    predictions = (demo_run / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.25_batch-1.jsonl").read_text().splitlines()
+    record = json.loads(predictions[0])
+    assert {"id", "prediction", "references", "prompt_tokens", "kept_tokens", "truncated", "seconds"} <= set(record)
+    assert 0.2 < record["effective_retention"] < 0.3
+
+
+def test_every_output_carries_a_manifest(demo_run):
+    results = demo_run / "results"
+    outputs = [p for p in results.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".csv", ".png"}]
+    assert outputs
+    for output in outputs:
+        manifest = json.loads(output.with_name(output.name + ".manifest.json").read_text())
+        assert {"git_commit", "config_hash", "packages", "device", "seed"} <= set(manifest)
+        assert manifest["packages"]["python"]
+
+
+def test_models_load_without_remote_code_and_token_never_written(demo_run):
+    manifest = json.loads(next((demo_run / "results/predictions").rglob("*.manifest.json")).read_text())
+    assert manifest["params"]["model"]["trust_remote_code"] is False
+    for path in [*demo_run.joinpath("results").rglob("*"), *demo_run.joinpath("logs").rglob("*"), *demo_run.joinpath(".snakemake/log").rglob("*")]:
+        if path.is_file():
+            assert FAKE_HF_TOKEN not in path.read_bytes().decode(errors="ignore"), path
+
+
+@pytest.fixture
+def demo_run_copy(demo_run, tmp_path):
+    """A disposable copy of the finished demo run (mtimes and Snakemake metadata preserved)."""
+    copy = tmp_path / "demo_copy"
+    shutil.copytree(demo_run, copy, copy_function=shutil.copy2, symlinks=True)
+    return copy
+
+
+def test_finished_demo_plans_nothing(demo_run_copy):
+    result = run_snakemake(demo_run_copy, "-n", "--configfile", "config/demo.yaml")
+    assert result.returncode == 0
+    assert planned_jobs(result.stdout) == {}, result.stdout[-3000:]
+
+
+def test_editing_a_figure_script_reruns_only_that_figure(demo_run_copy):
+    script = demo_run_copy / "scripts/figure_quality_vs_retention.py"
+    script.write_text(script.read_text() + "\n# a user's tweak\n")
+    result = run_snakemake(demo_run_copy, "-n", "--configfile", "config/demo.yaml")
+    assert result.returncode == 0, result.stderr
+    assert set(planned_jobs(result.stdout)) <= {"figure_quality_vs_retention", "report", "all"}
+    assert "figure_quality_vs_retention" in planned_jobs(result.stdout)
