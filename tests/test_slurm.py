@@ -16,6 +16,8 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from conftest import copy_workflow
+
 REPO = Path(__file__).resolve().parents[1]
 PROFILE = REPO / "profiles" / "slurm" / "config.yaml"
 
@@ -117,20 +119,6 @@ def slurm_problem():
     return None
 
 
-def copy_of_repo(dest: Path) -> Path:
-    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, capture_output=True, text=True)
-    if listed.returncode == 0:
-        for name in listed.stdout.splitlines():
-            source = REPO / name
-            if source.is_file():
-                (dest / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, dest / name)
-    else:
-        shutil.copytree(REPO, dest, dirs_exist_ok=True,
-                        ignore=shutil.ignore_patterns(".git", ".venv", "results", "logs", ".snakemake", ".whl"))
-    return dest
-
-
 def write_small_demo(repo: Path) -> str:
     """The demo with two cells (one full cache, one evicting) and four examples: same rules, fewer jobs."""
     config = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
@@ -176,7 +164,8 @@ def edit_profile_for_this_cluster(repo: Path, partition: str, account: str | Non
 
 def start_snakemake(repo: Path, *args):
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
+    for name in ("CUDA_VISIBLE_DEVICES", "PYTHONPATH"):  # jobs find the package through the Snakefile alone
+        env.pop(name, None)
     return subprocess.Popen([sys.executable, "-m", "snakemake", *args], cwd=repo, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -206,8 +195,8 @@ def test_demo_runs_through_real_slurm_with_a_gpu_per_generation_job_and_matches_
     if problem:
         pytest.skip(problem)
     partition, account = slurm_site()
-    on_slurm = copy_of_repo(tmp_path / "on-slurm")
-    local = copy_of_repo(tmp_path / "local")
+    on_slurm = copy_workflow(tmp_path / "on-slurm")
+    local = copy_workflow(tmp_path / "local")
     config = write_small_demo(on_slurm)
     write_small_demo(local)
     edit_profile_for_this_cluster(on_slurm, partition, account)

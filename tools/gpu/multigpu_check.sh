@@ -49,8 +49,9 @@ if [ -z "$rehearsal" ]; then
   SAMPLER=$!
 fi
 start=$(date +%s.%N)
-"$PYTHON" -m snakemake --profile profiles/local --resources gpu="$GPUS" --configfile multigpu/multigpu.yaml \
-  $targets >> "$OUT/snakemake.log" 2>&1
+# targets first: --configfile and --resources would swallow them
+"$PYTHON" -m snakemake $targets --profile profiles/local --resources gpu="$GPUS" \
+  --configfile multigpu/multigpu.yaml >> "$OUT/snakemake.log" 2>&1
 end=$(date +%s.%N)
 [ -n "${SAMPLER:-}" ] && kill "$SAMPLER" 2>/dev/null || true
 awk -v a="$start" -v b="$end" 'BEGIN { printf "generation wall time: %.1f s\n", b - a }' >> "$OUT/snakemake.log"
