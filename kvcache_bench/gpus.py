@@ -120,9 +120,9 @@ def _try_lock(path: str):
 
 
 def claim_gpus(
-    wanted: int = 1,
+    wanted: int,
     *,
-    candidates: list[str] | None = None,
+    candidates: list[str],
     lock_dir: str | None = None,
     timeout: float | None = None,
     poll_seconds: float = 0.5,
@@ -132,8 +132,6 @@ def claim_gpus(
     The locks last as long as the returned files stay open (or the process lives). ``timeout`` None waits
     for as long as it takes: every holder is a live process that will finish.
     """
-    if candidates is None:
-        candidates = [str(index) for index in range(detected_gpu_count())]
     if wanted > len(candidates):
         raise RuntimeError(f"a job wants {wanted} GPU(s) but only {len(candidates)} exist here: {candidates}")
     lock_dir = lock_dir or default_lock_dir()
