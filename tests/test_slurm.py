@@ -125,6 +125,7 @@ def write_small_demo(repo: Path) -> str:
     config["methods"] = ["full_cache", "snapkv"]
     config["retentions"] = [0.5]
     config["datasets"]["synthetic"]["num_examples"] = 4
+    config["generation"]["device"] = "auto"  # a GPU if the job has one: generation jobs go through GPU pinning
     (repo / "config" / "small-demo.yaml").write_text(yaml.safe_dump(config))
     return "config/small-demo.yaml"
 
@@ -233,5 +234,9 @@ def test_demo_runs_through_real_slurm_with_a_gpu_per_generation_job_and_matches_
         assert set(jobs) == set(submitted)
         assert all(state == "COMPLETED" for state, _ in jobs.values()), jobs
         assert sum("gres/gpu=1" in tres for _, tres in jobs.values()) == 2
+
+    # Inside SLURM, each generation job kept the GPU SLURM gave it (CUDA_VISIBLE_DEVICES) instead of locking one.
+    pins = [re.search(r"GPU: (.*)", log.read_text()).group(1) for log in (on_slurm / "logs" / "generate").rglob("*.log")]
+    assert len(pins) == 2 and all(re.fullmatch(r"CUDA_VISIBLE_DEVICES=[01] \(scheduler\)", pin) for pin in pins), pins
 
     assert comparable_outputs(on_slurm) == comparable_outputs(local)
