@@ -3,12 +3,14 @@
 import torch
 
 from kvcache_bench.engine import ModelSettings, run_cell
+from kvcache_bench.gpus import pin_gpus_for_job
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
+    pin_gpus_for_job(job)  # first: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts
     p = job.params
     torch.set_num_threads(max(1, int(job.threads)))
     records = run_cell(
