@@ -25,6 +25,7 @@ include: "rules/generate.smk"
 include: "rules/score.smk"
 include: "rules/aggregate.smk"
 include: "rules/figures.smk"
+include: "rules/report.smk"
 
 
 rule all:

@@ -150,6 +150,15 @@ def build_summary(
     return frame.sort_values(CELL_COLUMNS, ascending=[True, True, True, True, True, False, True]).reset_index(drop=True)
 
 
+def per_example_frame(score_files: list[str], cells: list[dict]) -> pd.DataFrame:
+    """Every scored example, one row each, with its cell: the data behind every aggregate."""
+    rows = []
+    for path, cell in zip(score_files, cells):
+        for record in read_jsonl(path):
+            rows.append({**cell, "id": record["id"], "metric": record["metric"], "score": float(record["score"])})
+    return pd.DataFrame(rows, columns=CELL_COLUMNS + ["id", "metric", "score"])
+
+
 def method_label(name: str) -> str:
     return METHODS[name].label if name in METHODS else name
 

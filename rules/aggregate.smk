@@ -11,6 +11,11 @@ rule aggregate:
             category="Tables",
         ),
         markdown="results/tables/summary.md",
+        per_example=report(
+            "results/tables/per_example.csv",
+            caption="../report/per_example_table.rst",
+            category="Tables",
+        ),
         manifest="results/tables/summary.csv.manifest.json",
     log:
         "logs/aggregate.log",
