@@ -147,7 +147,12 @@ def build_summary(
             row.update(paired_difference(scores, baseline, rng_for(seed, cell, "paired"), n_resamples))
         rows.append(row)
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    return frame.sort_values(CELL_COLUMNS, ascending=[True, True, True, True, True, False, True]).reset_index(drop=True)
+    # full cache first, then the methods in the registry's order, each from most to least cache kept
+    method_order = {name: position for position, name in enumerate(METHODS)}
+    frame["method_order"] = frame["method"].map(lambda m: method_order.get(m, len(method_order)))
+    order = ["dataset", "task", "model", "question_mode", "method_order", "method", "retention", "batch_size"]
+    frame = frame.sort_values(order, ascending=[True] * 6 + [False, True], kind="stable")
+    return frame.drop(columns="method_order").reset_index(drop=True)
 
 
 def per_example_frame(score_files: list[str], cells: list[dict]) -> pd.DataFrame:

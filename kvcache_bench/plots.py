@@ -114,6 +114,7 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
             ax.set_xlabel("KV cache kept (% of prompt tokens)")
             ax.set_ylabel(_metric_axis_label(task, metric))
             ax.set_xlim(0, 105)
+            ax.set_ylim(-2, 102)  # the metric's whole range: a gap is shown at its true size
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="best", title="shaded: 95% bootstrap CI", title_fontsize=7)
     if title:
@@ -122,7 +123,8 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
     return figure
 
 
-def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_alpha: float = 0.5):
+def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_alpha: float = 0.5,
+                   max_columns: int = 4):
     """Each example's score with a method (y) against its score with full cache (x), same example.
 
     Points above the diagonal are examples the method answered better than the full cache. The
@@ -138,20 +140,26 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
     rows = sorted(paired.groupby(["dataset", "task", "model", "question_mode"]).groups)
     methods = [m for m in COMPRESSED_METHODS if m in set(paired["method"])] + sorted(set(paired["method"]) - set(METHODS))
     retentions = sorted(paired["retention"].unique(), reverse=True)
-    figure, axes = plt.subplots(len(rows), len(methods), figsize=(3.2 * len(methods), 3.4 * len(rows)),
+    n_cols = min(len(methods), max_columns)
+    rows_per_group = -(-len(methods) // n_cols)
+    n_rows = len(rows) * rows_per_group
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 3.4 * n_rows),
                                 squeeze=False, sharex=True, sharey=True)
-    for r, (dataset, task, model, mode) in enumerate(rows):
-        for c, method in enumerate(methods):
+    for ax in axes.flat[len(rows) * len(methods):]:
+        ax.set_visible(False)
+    for g, (dataset, task, model, mode) in enumerate(rows):
+        for k, method in enumerate(methods):
+            r, c = g * rows_per_group + k // n_cols, k % n_cols
             ax = axes[r][c]
             cell = paired[(paired["dataset"] == dataset) & (paired["task"] == task) & (paired["model"] == model)
                           & (paired["question_mode"] == mode) & (paired["method"] == method)]
             ax.plot([0, 100], [0, 100], color="#777777", linewidth=0.8, linestyle=":")
-            for k, retention in enumerate(retentions):
+            for j, retention in enumerate(retentions):
                 points = cell[cell["retention"] == retention]
                 if points.empty:
                     continue
                 ax.scatter(points["full_score"] * 100, points["score"] * 100, s=16, alpha=point_alpha,
-                           color=RETENTION_COLOURS[k % len(RETENTION_COLOURS)], marker=MARKERS[k % len(MARKERS)],
+                           color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)], marker=MARKERS[j % len(MARKERS)],
                            label=f"{retention:.0%} kept", edgecolors="none")
             better = int((cell["score"] > cell["full_score"]).sum())
             worse = int((cell["score"] < cell["full_score"]).sum())
@@ -160,7 +168,7 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
                     va="top", fontsize=7)
             metric = cell["metric"].iloc[0] if not cell.empty else "score"
             ax.set_title(f"{method_label(method)} · {_mode_label(mode)}", fontsize=9)
-            if r == len(rows) - 1:
+            if k + n_cols >= len(methods):  # bottom row of this group's panels
                 ax.set_xlabel(f"Full cache: {metric} (x100)")
             if c == 0:
                 ax.set_ylabel(f"{task} · method: {metric} (x100)")
@@ -207,7 +215,7 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
         ax.set_ylabel(_metric_axis_label(task, panel["metric"].iloc[0]))
         low, high = panel["ci_low"].min(), panel["ci_high"].max()
         span = max(high - low, 1.0)
-        ax.set_ylim(low - 0.2 * span, high + 0.6 * span)
+        ax.set_ylim(max(low - 0.2 * span, -2), high + 0.6 * span)
         ax.set_title(f"{model} · {dataset}/{task} · {_mode_label(mode)}", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, loc="lower right")

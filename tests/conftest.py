@@ -41,7 +41,15 @@ def run_snakemake(workdir: Path, *args, check=True, timeout=1200) -> subprocess.
 
 @pytest.fixture(scope="session")
 def demo_workdir(tmp_path_factory) -> Path:
-    """A copy of the checkout in which the demo has run to completion (once per test session)."""
+    """A copy of the checkout in which the demo has run to completion (once per test session).
+
+    KVCACHE_BENCH_DEMO_WORKDIR may name such a finished copy to reuse while developing; tests must
+    not modify it (they copy it first).
+    """
+    reuse = os.environ.get("KVCACHE_BENCH_DEMO_WORKDIR")
+    if reuse:
+        return Path(reuse)
     workdir = copy_checkout(tmp_path_factory.mktemp("demo"))
-    run_snakemake(workdir, "--cores", str(min(2, os.cpu_count() or 1)), "--configfile", "config/demo.yaml")
+    run_snakemake(workdir, "--cores", str(min(2, os.cpu_count() or 1)), "--configfile", "config/demo.yaml",
+                  timeout=2400)
     return workdir

@@ -133,3 +133,12 @@ def test_an_example_scored_twice_is_an_error(tmp_path):
     path.write_text('{"id": "a", "metric": "qa_f1", "score": 1}\n{"id": "a", "metric": "qa_f1", "score": 0}\n')
     with pytest.raises(ValueError, match="scored twice"):
         build_summary([str(path)], [cell("full_cache", 1.0)])
+
+
+def test_rows_start_with_full_cache_then_methods_from_most_to_least_cache_kept(tmp_path):
+    summary = summarize(tmp_path, [
+        (cell("snapkv", 0.1), scores_of([0.0])), (cell("snapkv", 0.5), scores_of([0.0])),
+        (cell("full_cache", 1.0, batch_size=4), scores_of([0.0])), (cell("full_cache", 1.0), scores_of([0.0])),
+    ])
+    assert list(zip(summary["method"], summary["retention"], summary["batch_size"])) == [
+        ("full_cache", 1.0, 1), ("full_cache", 1.0, 4), ("snapkv", 0.5, 1), ("snapkv", 0.1, 1)]

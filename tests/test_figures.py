@@ -102,3 +102,17 @@ def test_figures_are_written_as_png_and_svg(summary, tmp_path):
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     svg = (tmp_path / "f.svg").read_text()
     assert "<svg" in svg and "<dc:date>" not in svg  # no timestamp: unchanged figure, unchanged file
+
+
+def test_paired_scatter_wraps_many_methods_into_rows_of_four():
+    rows = []
+    methods = ["snapkv", "streaming_llm", "pyramidkv", "tova", "knorm", "h2o"]
+    for method in ["full_cache", *methods]:
+        rows.append(dict(dataset="d", task="qasper", model="m", question_mode="question_aware", batch_size=1,
+                         id="ex0", metric="qa_f1", method=method, retention=1.0 if method == "full_cache" else 0.5,
+                         score=0.5))
+    figure = paired_scatter(pd.DataFrame(rows))
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_title().split(" · ")[0] for ax in visible] == ["SnapKV", "StreamingLLM", "PyramidKV", "TOVA", "Knorm", "H2O"]
+    assert len(figure.axes) == 8  # a 2 x 4 grid, the last two panels hidden
+    assert all(ax.get_xlabel() for ax in visible[2:])  # every bottom-of-column panel says what x is
