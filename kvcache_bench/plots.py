@@ -143,7 +143,7 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
     n_cols = min(len(methods), max_columns)
     rows_per_group = -(-len(methods) // n_cols)
     n_rows = len(rows) * rows_per_group
-    figure, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 3.4 * n_rows),
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 3.8 * n_rows),
                                 squeeze=False, sharex=True, sharey=True)
     for ax in axes.flat[len(rows) * len(methods):]:
         ax.set_visible(False)
@@ -164,7 +164,7 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
             better = int((cell["score"] > cell["full_score"]).sum())
             worse = int((cell["score"] < cell["full_score"]).sum())
             tied = len(cell) - better - worse
-            ax.text(0.03, 0.97, f"better {better} · worse {worse} · tied {tied}", transform=ax.transAxes,
+            ax.text(0.03, 0.97, f"better {better} · worse {worse} · tied {tied}\n(examples x retentions)", transform=ax.transAxes,
                     va="top", fontsize=7)
             metric = cell["metric"].iloc[0] if not cell.empty else "score"
             ax.set_title(f"{method_label(method)} · {_mode_label(mode)}", fontsize=9)

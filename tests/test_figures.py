@@ -76,7 +76,7 @@ def test_paired_scatter_pairs_examples_and_counts_better_worse_tied():
     figure = paired_scatter(pd.DataFrame(rows))
     (ax,) = figure.axes
     texts = [t.get_text() for t in ax.texts]
-    assert "better 1 · worse 1 · tied 2" in texts
+    assert "better 1 · worse 1 · tied 2\n(examples x retentions)" in texts
     offsets = ax.collections[0].get_offsets()
     assert sorted(map(tuple, np.asarray(offsets))) == [(0.0, 50.0), (50.0, 50.0), (100.0, 0.0), (100.0, 100.0)]
     assert ax.get_xlabel() == "Full cache: qa_f1 (x100)"
