@@ -28,6 +28,7 @@ include: "rules/figures.smk"
 include: "rules/perf_common.smk"
 include: "rules/perf.smk"
 include: "rules/train.smk"
+include: "rules/report.smk"
 
 
 rule all:

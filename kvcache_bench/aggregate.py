@@ -1,32 +1,229 @@
-"""One row per cell of the study: how many examples were scored and their mean score x100."""
+"""One row per cell of the study: n, mean score x100, its bootstrap CI, and the paired gap to full cache.
+
+Uncertainty is part of the number: every mean carries a 95% percentile-bootstrap interval, and every
+compressed cell carries the difference to the full cache *on the same examples* with a paired-bootstrap
+interval (resampling examples, not cells, so the example-to-example spread cancels). Resampling is
+seeded from the study's seed and the cell's name, so a table is reproducible and a cell's interval
+does not change when other cells are added.
+
+Cells scored on fewer examples than the study asked for are flagged ``incomplete`` and kept out of
+the figures; cells with few examples are flagged ``small_n`` and the Markdown says so above the table.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import zlib
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from .io import read_jsonl
+from .methods import FULL_RETENTION, METHODS
 
 CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size"]
+PAIRING_COLUMNS = ["dataset", "task", "model", "question_mode"]
+BASELINE_METHOD = "full_cache"
+BASELINE_BATCH_SIZE = 1
+SUMMARY_COLUMNS = CELL_COLUMNS + [
+    "metric", "n", "expected_n", "incomplete", "small_n", "score", "ci_low", "ci_high",
+    "n_paired", "full_cache_score", "diff_vs_full", "diff_ci_low", "diff_ci_high",
+]
+CONFIDENCE = 0.95
+N_RESAMPLES = 10_000
+SMALL_N = 30  # below this a 95% interval from resampling is itself unreliable
 
 
-def summarize_cell(score_path: str | Path, cell: dict, expected_n: int | None = None) -> dict:
-    scores = [record["score"] for record in read_jsonl(score_path)]
-    n = len(scores)
-    row = {**cell, "n": n, "expected_n": expected_n if expected_n is not None else n}
-    row["score"] = round(100.0 * sum(scores) / n, 2) if n else float("nan")
-    row["incomplete"] = bool(expected_n is not None and n < expected_n)
-    row["metric"] = read_jsonl(score_path)[0]["metric"] if n else ""
-    return row
+def cell_name(cell: dict) -> str:
+    return "/".join(str(cell[column]) for column in CELL_COLUMNS)
 
 
-def build_summary(score_files: list[str], cells: list[dict], expected_ns: list[int | None] | None = None) -> pd.DataFrame:
+def rng_for(seed: int, cell: dict, purpose: str) -> np.random.Generator:
+    """A generator that depends only on the seed, the cell and what it is for."""
+    return np.random.default_rng([int(seed), zlib.crc32(f"{purpose}:{cell_name(cell)}".encode())])
+
+
+def bootstrap_mean_ci(values, rng: np.random.Generator, n_resamples: int = N_RESAMPLES, confidence: float = CONFIDENCE):
+    """Percentile-bootstrap interval of the mean (same units as ``values``); (nan, nan) without data."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0:
+        return math.nan, math.nan
+    indices = rng.integers(0, values.size, size=(n_resamples, values.size))
+    means = values[indices].mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(low), float(high)
+
+
+def read_scores(score_path: str | Path) -> dict[str, float]:
+    """Per-example scores by example id; a repeated id is a broken file, not a heavier example."""
+    records = read_jsonl(score_path)
+    scores = {}
+    for record in records:
+        if record["id"] in scores:
+            raise ValueError(f"{score_path}: example {record['id']!r} scored twice")
+        scores[record["id"]] = float(record["score"])
+    return scores
+
+
+def _metric_of(score_path) -> str:
+    records = read_jsonl(score_path)
+    return records[0]["metric"] if records else ""
+
+
+def _round(value: float) -> float:
+    return round(value, 2) if not math.isnan(value) else math.nan
+
+
+def summarize_cell(
+    score_path: str | Path, cell: dict, expected_n: int | None = None, seed: int = 0, small_n: int = SMALL_N,
+    n_resamples: int = N_RESAMPLES,
+) -> dict:
+    scores = read_scores(score_path)
+    values = list(scores.values())
+    n = len(values)
+    low, high = bootstrap_mean_ci(values, rng_for(seed, cell, "mean"), n_resamples)
+    return {
+        **cell,
+        "metric": _metric_of(score_path),
+        "n": n,
+        "expected_n": expected_n if expected_n is not None else n,
+        "incomplete": bool(expected_n is not None and n < expected_n),
+        "small_n": n < small_n,
+        "score": _round(100 * float(np.mean(values))) if n else math.nan,
+        "ci_low": _round(100 * low),
+        "ci_high": _round(100 * high),
+    }
+
+
+def paired_difference(
+    scores: dict[str, float], baseline: dict[str, float], rng: np.random.Generator, n_resamples: int = N_RESAMPLES
+) -> dict:
+    """Mean of (cell - baseline) x100 over the examples both scored, with its paired-bootstrap CI."""
+    shared = sorted(set(scores) & set(baseline))
+    if not shared:
+        return {"n_paired": 0, "full_cache_score": math.nan, "diff_vs_full": math.nan,
+                "diff_ci_low": math.nan, "diff_ci_high": math.nan}
+    differences = np.array([scores[i] - baseline[i] for i in shared])
+    low, high = bootstrap_mean_ci(differences, rng, n_resamples)
+    return {
+        "n_paired": len(shared),
+        "full_cache_score": _round(100 * float(np.mean([baseline[i] for i in shared]))),
+        "diff_vs_full": _round(100 * float(differences.mean())),
+        "diff_ci_low": _round(100 * low),
+        "diff_ci_high": _round(100 * high),
+    }
+
+
+def is_baseline(cell: dict) -> bool:
+    return (
+        cell["method"] == BASELINE_METHOD
+        and int(cell["batch_size"]) == BASELINE_BATCH_SIZE
+        and float(cell["retention"]) == FULL_RETENTION
+    )
+
+
+def build_summary(
+    score_files: list[str], cells: list[dict], expected_ns: list[int | None] | None = None, seed: int = 0,
+    small_n: int = SMALL_N, n_resamples: int = N_RESAMPLES,
+) -> pd.DataFrame:
+    """The study's table. Cells are those the config check accepted (the workflow passes only those)."""
+    if len(score_files) != len(cells):
+        raise ValueError(f"{len(score_files)} score files for {len(cells)} cells")
     expected_ns = expected_ns or [None] * len(score_files)
-    rows = [summarize_cell(path, cell, expected) for path, cell, expected in zip(score_files, cells, expected_ns)]
-    frame = pd.DataFrame(rows, columns=CELL_COLUMNS + ["metric", "n", "expected_n", "incomplete", "score"])
-    return frame.sort_values(CELL_COLUMNS, ascending=[True, True, True, True, True, False, True]).reset_index(drop=True)
+    scores_by_cell = [read_scores(path) for path in score_files]
+    baselines = {
+        tuple(cell[c] for c in PAIRING_COLUMNS): scores
+        for cell, scores in zip(cells, scores_by_cell)
+        if is_baseline(cell)
+    }
+    rows = []
+    for path, cell, expected, scores in zip(score_files, cells, expected_ns, scores_by_cell):
+        row = summarize_cell(path, cell, expected, seed, small_n, n_resamples)
+        baseline = baselines.get(tuple(cell[c] for c in PAIRING_COLUMNS))
+        if baseline is not None and not is_baseline(cell):
+            row.update(paired_difference(scores, baseline, rng_for(seed, cell, "paired"), n_resamples))
+        rows.append(row)
+    frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    # full cache first, then the methods in the registry's order, each from most to least cache kept
+    method_order = {name: position for position, name in enumerate(METHODS)}
+    frame["method_order"] = frame["method"].map(lambda m: method_order.get(m, len(method_order)))
+    order = ["dataset", "task", "model", "question_mode", "method_order", "method", "retention", "batch_size"]
+    frame = frame.sort_values(order, ascending=[True] * 6 + [False, True], kind="stable")
+    return frame.drop(columns="method_order").reset_index(drop=True)
+
+
+def per_example_frame(score_files: list[str], cells: list[dict]) -> pd.DataFrame:
+    """Every scored example, one row each, with its cell: the data behind every aggregate."""
+    rows = []
+    for path, cell in zip(score_files, cells):
+        for record in read_jsonl(path):
+            rows.append({**cell, "id": record["id"], "metric": record["metric"], "score": float(record["score"])})
+    return pd.DataFrame(rows, columns=CELL_COLUMNS + ["id", "metric", "score"])
+
+
+def method_label(name: str) -> str:
+    return METHODS[name].label if name in METHODS else name
+
+
+def _interval(low, high) -> str:
+    return "" if pd.isna(low) else f"[{low:.2f}, {high:.2f}]"
+
+
+def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
+    """The table people read: one section per dataset/task/model, warnings first."""
+    lines = ["# Summary", ""]
+    lines.append(
+        f"Scores are the task's metric x100 (mean over examples), with a {CONFIDENCE:.0%} bootstrap interval. "
+        "Δ vs full cache is the mean per-example difference to full cache (batch 1) on the same examples, "
+        "with a paired-bootstrap interval; an interval that contains 0 means no detectable difference."
+    )
+    lines.append("")
+    small = summary[summary["small_n"].astype(bool)]
+    if not small.empty:
+        lines.append(
+            f"> **Warning: {len(small)} of {len(summary)} cells have fewer than {small_n} examples "
+            f"(n = {', '.join(str(n) for n in sorted(set(small['n'])))}).** Their intervals are wide and "
+            "themselves unreliable; do not rank methods on them."
+        )
+        lines.append("")
+    incomplete = summary[summary["incomplete"].astype(bool)]
+    if not incomplete.empty:
+        lines.append(
+            f"> **Warning: {len(incomplete)} cells are INCOMPLETE** (scored on fewer examples than the study "
+            "asked for): " + "; ".join(
+                f"{method_label(r.method)} {r.retention:.2f} batch {r.batch_size} ({r.n} of {r.expected_n})"
+                for r in incomplete.itertuples()
+            ) + ". They are marked below and left out of the figures."
+        )
+        lines.append("")
+    for (dataset, task, model), group in summary.groupby(["dataset", "task", "model"], sort=True):
+        metric = group["metric"].iloc[0]
+        lines += [f"## {dataset} / {task} / {model} ({metric} x100)", ""]
+        lines.append("| method | question mode | KV kept | batch | n | score | 95% CI | Δ vs full cache | 95% CI (paired) | flags |")
+        lines.append("|---|---|---:|---:|---:|---:|---|---:|---|---|")
+        for row in group.itertuples():
+            flags = []
+            if row.incomplete:
+                flags.append(f"INCOMPLETE ({row.n} of {row.expected_n})")
+            if row.small_n:
+                flags.append(f"small n (< {small_n})")
+            if not pd.isna(row.diff_vs_full) and row.n_paired < row.n:
+                flags.append(f"paired on {row.n_paired}")
+            diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"
+            lines.append(
+                f"| {method_label(row.method)} | {row.question_mode.replace('_', '-')} | {row.retention:.0%} | "
+                f"{row.batch_size} | {row.n} | {row.score:.2f} | {_interval(row.ci_low, row.ci_high)} | {diff} | "
+                f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {', '.join(flags)} |"
+            )
+        lines.append("")
+    return "\n".join(lines)
+
+
+def read_summary(path: str | Path) -> pd.DataFrame:
+    return pd.read_csv(path)
 
 
 def cells_from_json(text: str) -> list[dict]:

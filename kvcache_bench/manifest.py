@@ -24,6 +24,7 @@ TRACKED_PACKAGES = (
     "numpy",
     "matplotlib",
     "rouge-score",
+    "fuzzywuzzy",
     "nvidia-ml-py",
 )
 

@@ -1,4 +1,9 @@
-"""Figures from the summary table. Each figure is its own function, rule and file."""
+"""Figures from the study's tables. Each figure is its own function, rule, script and file.
+
+Every method keeps one colour and marker in every figure (Okabe-Ito palette: distinguishable with the
+common colour-vision deficiencies, and markers so the lines survive greyscale). Full cache is black.
+Incomplete cells (fewer examples than asked for) are never drawn.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +13,31 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from .aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD  # noqa: E402
 from .io import atomic_path  # noqa: E402
 from .methods import METHODS  # noqa: E402
 
-# Okabe-Ito: distinguishable with the common colour-vision deficiencies.
-OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000", "#999999"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+# Okabe & Ito (2008), without black, which is kept for the full cache.
+OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
+FULL_CACHE_COLOUR = "#000000"
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h"]
+RETENTION_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
+COMPRESSED_METHODS = [name for name in METHODS if name != BASELINE_METHOD]
 
 
 def method_label(name: str) -> str:
     return METHODS[name].label if name in METHODS else name
+
+
+def method_style(name: str) -> dict:
+    """The same colour and marker for a method in every figure, whatever else the study contains."""
+    if name == BASELINE_METHOD:
+        return {"color": FULL_CACHE_COLOUR, "marker": None}
+    index = COMPRESSED_METHODS.index(name) if name in COMPRESSED_METHODS else len(COMPRESSED_METHODS)
+    return {"color": OKABE_ITO[index % len(OKABE_ITO)], "marker": MARKERS[index % len(MARKERS)]}
 
 
 def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None) -> None:
@@ -27,40 +45,180 @@ def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None
         if path is None:
             continue
         with atomic_path(path) as tmp:
-            figure.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight")
+            # no timestamp in the SVG: an unchanged figure is an unchanged file
+            metadata = {"Date": None} if fmt == "svg" else None
+            figure.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight", metadata=metadata)
     plt.close(figure)
 
 
-def quality_vs_retention(summary: pd.DataFrame, title: str | None = None):
-    """Score against the fraction of the prompt cache kept; full cache drawn as a reference line."""
-    frame = summary[(summary["batch_size"] == 1) & ~summary["incomplete"].astype(bool)]
+def _complete(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[~frame["incomplete"].astype(bool)] if "incomplete" in frame else frame
+
+
+def _mode_label(mode: str) -> str:
+    return mode.replace("_", "-")
+
+
+def _metric_axis_label(task: str, metric: str) -> str:
+    return f"{task}: {metric} (x100, higher is better)"
+
+
+def _empty_figure(message: str, title: str | None):
+    figure, ax = plt.subplots(figsize=(6, 3))
+    ax.axis("off")
+    ax.text(0.5, 0.5, message, ha="center", va="center", wrap=True)
+    if title:
+        figure.suptitle(title)
+    return figure
+
+
+def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_alpha: float = 0.15):
+    """Score against the share of the prompt's KV cache kept, one panel per question mode.
+
+    Each method is a line with its 95% bootstrap band; full cache (batch 1) is a horizontal black
+    line with its own band, because it keeps 100% and is what every method is compared with.
+    """
+    frame = _complete(summary[summary["batch_size"] == BASELINE_BATCH_SIZE])
+    if frame.empty:
+        return _empty_figure("No complete batch-1 cells to plot.", title)
     groups = sorted(frame.groupby(["dataset", "task", "model"]).groups)
-    modes = sorted(frame["question_mode"].unique()) or ["question_aware"]
-    n_rows, n_cols = max(1, len(groups)), max(1, len(modes))
-    figure, axes = plt.subplots(n_rows, n_cols, figsize=(5.5 * n_cols, 4 * n_rows), squeeze=False)
-    compressed = [m for m in METHODS if m != "full_cache" and m in set(frame["method"])]
-    for r, (dataset, task, model) in enumerate(groups or [("", "", "")]):
+    modes = sorted(frame["question_mode"].unique())
+    figure, axes = plt.subplots(
+        len(groups), len(modes), figsize=(5.8 * len(modes), 4.4 * len(groups)), squeeze=False, sharey="row"
+    )
+    for r, (dataset, task, model) in enumerate(groups):
         for c, mode in enumerate(modes):
             ax = axes[r][c]
-            panel = frame[(frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model) & (frame["question_mode"] == mode)]
-            full = frame[(frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model) & (frame["method"] == "full_cache")]
+            panel = frame[
+                (frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
+                & (frame["question_mode"] == mode)
+            ]
+            full = panel[panel["method"] == BASELINE_METHOD]
             if not full.empty:
-                ax.axhline(full["score"].iloc[0], color="black", linestyle="--", linewidth=1.2, label=method_label("full_cache"))
-            for i, method in enumerate(compressed):
+                base = full.iloc[0]
+                ax.axhline(base["score"], color=FULL_CACHE_COLOUR, linestyle="--", linewidth=1.4,
+                           label=f"{method_label(BASELINE_METHOD)} (100% kept)")
+                ax.axhspan(base["ci_low"], base["ci_high"], color=FULL_CACHE_COLOUR, alpha=0.08, linewidth=0)
+            for method in [m for m in COMPRESSED_METHODS if m in set(panel["method"])] + sorted(
+                set(panel["method"]) - set(METHODS)
+            ):
                 line = panel[panel["method"] == method].sort_values("retention")
-                if line.empty:
-                    continue
-                ax.plot(
-                    line["retention"] * 100, line["score"], marker=MARKERS[i % len(MARKERS)],
-                    color=OKABE_ITO[i % len(OKABE_ITO)], label=method_label(method),
-                )
+                style = method_style(method)
+                x = line["retention"] * 100
+                ax.plot(x, line["score"], label=method_label(method), linewidth=1.6, markersize=5, **style)
+                ax.fill_between(x, line["ci_low"], line["ci_high"], color=style["color"], alpha=band_alpha, linewidth=0)
             metric = panel["metric"].iloc[0] if not panel.empty else "score"
+            n_values = sorted(set(panel["n"]))
+            n_text = f"n = {n_values[0]}" if len(n_values) == 1 else f"n = {n_values[0]}-{n_values[-1]}"
+            ax.set_title(f"{model} · {dataset}/{task} · {_mode_label(mode)} · {n_text}", fontsize=9)
             ax.set_xlabel("KV cache kept (% of prompt tokens)")
-            ax.set_ylabel(f"{task} {metric} (x100)")
-            ax.set_title(f"{model} · {dataset}/{task} · {mode.replace('_', '-')}", fontsize=9)
-            ax.grid(alpha=0.3)
+            ax.set_ylabel(_metric_axis_label(task, metric))
             ax.set_xlim(0, 105)
-            ax.legend(fontsize=7, loc="lower right")
+            ax.set_ylim(-2, 102)  # the metric's whole range: a gap is shown at its true size
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="best", title="shaded: 95% bootstrap CI", title_fontsize=7)
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_alpha: float = 0.5,
+                   max_columns: int = 4):
+    """Each example's score with a method (y) against its score with full cache (x), same example.
+
+    Points above the diagonal are examples the method answered better than the full cache. The
+    counts of better/worse/tied examples are printed in each panel: ties are common (0 or 1 scores),
+    so points that overlap are still counted.
+    """
+    frame = per_example[per_example["batch_size"] == BASELINE_BATCH_SIZE]
+    keys = ["dataset", "task", "model", "question_mode", "id"]
+    baseline = frame[frame["method"] == BASELINE_METHOD][keys + ["score"]].rename(columns={"score": "full_score"})
+    paired = frame[frame["method"] != BASELINE_METHOD].merge(baseline, on=keys, how="inner")
+    if paired.empty:
+        return _empty_figure("No examples scored with both a method and the full cache.", title)
+    rows = sorted(paired.groupby(["dataset", "task", "model", "question_mode"]).groups)
+    methods = [m for m in COMPRESSED_METHODS if m in set(paired["method"])] + sorted(set(paired["method"]) - set(METHODS))
+    retentions = sorted(paired["retention"].unique(), reverse=True)
+    n_cols = min(len(methods), max_columns)
+    rows_per_group = -(-len(methods) // n_cols)
+    n_rows = len(rows) * rows_per_group
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(3.2 * n_cols, 3.8 * n_rows),
+                                squeeze=False, sharex=True, sharey=True)
+    for ax in axes.flat[len(rows) * len(methods):]:
+        ax.set_visible(False)
+    for g, (dataset, task, model, mode) in enumerate(rows):
+        for k, method in enumerate(methods):
+            r, c = g * rows_per_group + k // n_cols, k % n_cols
+            ax = axes[r][c]
+            cell = paired[(paired["dataset"] == dataset) & (paired["task"] == task) & (paired["model"] == model)
+                          & (paired["question_mode"] == mode) & (paired["method"] == method)]
+            ax.plot([0, 100], [0, 100], color="#777777", linewidth=0.8, linestyle=":")
+            for j, retention in enumerate(retentions):
+                points = cell[cell["retention"] == retention]
+                if points.empty:
+                    continue
+                ax.scatter(points["full_score"] * 100, points["score"] * 100, s=16, alpha=point_alpha,
+                           color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)], marker=MARKERS[j % len(MARKERS)],
+                           label=f"{retention:.0%} kept", edgecolors="none")
+            better = int((cell["score"] > cell["full_score"]).sum())
+            worse = int((cell["score"] < cell["full_score"]).sum())
+            tied = len(cell) - better - worse
+            ax.text(0.03, 0.97, f"better {better} · worse {worse} · tied {tied}\n(examples x retentions)", transform=ax.transAxes,
+                    va="top", fontsize=7)
+            metric = cell["metric"].iloc[0] if not cell.empty else "score"
+            ax.set_title(f"{method_label(method)} · {_mode_label(mode)}", fontsize=9)
+            if k + n_cols >= len(methods):  # bottom row of this group's panels
+                ax.set_xlabel(f"Full cache: {metric} (x100)")
+            if c == 0:
+                ax.set_ylabel(f"{task} · method: {metric} (x100)")
+            ax.set_xlim(-5, 105)
+            ax.set_ylim(-5, 105)
+            ax.set_aspect("equal")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=6, loc="lower right")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return figure
+
+
+def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
+    """Full cache at each batch size, with 95% CIs and the paired difference to batch 1 printed.
+
+    A batch size only changes padding for the full cache, so the scores should agree within noise;
+    eviction methods at batch > 1 are refused by the config check and never appear here.
+    """
+    frame = _complete(summary[summary["method"] == BASELINE_METHOD])
+    if frame.empty or frame["batch_size"].nunique() < 2:
+        return _empty_figure(
+            "Only one batch size was run for the full cache: nothing to compare.\n"
+            "Set batch_size_overrides: {full_cache: [1, 4]} in the config.", title)
+    groups = sorted(frame.groupby(["dataset", "task", "model", "question_mode"]).groups)
+    figure, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.8), squeeze=False)
+    for c, (dataset, task, model, mode) in enumerate(groups):
+        ax = axes[0][c]
+        panel = frame[(frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
+                      & (frame["question_mode"] == mode)].sort_values("batch_size")
+        positions = np.arange(len(panel))
+        errors = np.vstack([panel["score"] - panel["ci_low"], panel["ci_high"] - panel["score"]])
+        ax.errorbar(positions, panel["score"], yerr=errors, fmt="o", color=FULL_CACHE_COLOUR, capsize=5,
+                    label=f"{method_label(BASELINE_METHOD)} (mean, 95% CI)")
+        for x, row in zip(positions, panel.itertuples()):
+            text = f"n = {row.n}"
+            if not pd.isna(row.diff_vs_full):
+                text += f"\nΔ vs batch 1: {row.diff_vs_full:+.2f}\n[{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]"
+            ax.annotate(text, (x, row.ci_high), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        ax.set_xticks(positions, [f"batch {b}" for b in panel["batch_size"]])
+        ax.set_xlim(-0.6, len(panel) - 0.4)
+        ax.set_xlabel("Prompts per batch (left-padded)")
+        ax.set_ylabel(_metric_axis_label(task, panel["metric"].iloc[0]))
+        low, high = panel["ci_low"].min(), panel["ci_high"].max()
+        span = max(high - low, 1.0)
+        ax.set_ylim(max(low - 0.2 * span, -2), high + 0.6 * span)
+        ax.set_title(f"{model} · {dataset}/{task} · {_mode_label(mode)}", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7, loc="lower right")
     if title:
         figure.suptitle(title)
     figure.tight_layout()

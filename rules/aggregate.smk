@@ -1,17 +1,30 @@
-# Stage 5: the study's table, one row per cell.
+# Stage 5: the study's table, one row per accepted cell: n, mean, bootstrap CI, paired gap to full cache.
 
 
 rule aggregate:
     input:
         scores=all_score_files(),
     output:
-        summary="results/tables/summary.csv",
+        summary=report(
+            "results/tables/summary.csv",
+            caption="../report/summary_table.rst",
+            category="Tables",
+        ),
+        markdown="results/tables/summary.md",
+        per_example=report(
+            "results/tables/per_example.csv",
+            caption="../report/per_example_table.rst",
+            category="Tables",
+        ),
         manifest="results/tables/summary.csv.manifest.json",
     log:
         "logs/aggregate.log",
     params:
         cells=cells_for_table(),
         expected_n=[expected_examples(cell) for cell in study_cells()],
+        seed=SEED,
+        small_n=30,
+        n_resamples=10000,
     conda:
         "../envs/analysis.yaml"
     script:

@@ -109,12 +109,20 @@ def all_score_files():
     return [cell_path("scores", cell, ".jsonl") for cell in study_cells()]
 
 
+TABLES = ["summary.csv", "summary.md", "per_example.csv"]
+FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
+
+
+def table_files():
+    return [f"results/tables/{name}" for name in TABLES]
+
+
+def figure_files():
+    return [f"results/figures/{name}.{ext}" for name in FIGURES for ext in ("png", "svg")]
+
+
 def final_outputs():
-    return refused_checks() + [
-        "results/tables/summary.csv",
-        "results/figures/quality_vs_retention.png",
-        "results/figures/quality_vs_retention.svg",
-    ]
+    return refused_checks() + table_files() + figure_files()
 
 
 # ----------------------------------------------------------------------------- per-rule params

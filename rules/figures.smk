@@ -1,17 +1,67 @@
 # Stage 6: figures, one rule (and one script) each, so one figure can be rebuilt alone.
+# Each PNG goes into the report (snakemake --report results/report.html) with its caption.
 
 
 rule figure_quality_vs_retention:
     input:
         summary="results/tables/summary.csv",
     output:
-        png="results/figures/quality_vs_retention.png",
+        png=report(
+            "results/figures/quality_vs_retention.png",
+            caption="../report/quality_vs_retention.rst",
+            category="Figures",
+            subcategory="Quality",
+        ),
         svg="results/figures/quality_vs_retention.svg",
     log:
         "logs/figures/quality_vs_retention.log",
     params:
         title="Answer quality vs KV cache kept",
+        band_alpha=0.15,
     conda:
         "../envs/analysis.yaml"
     script:
         "../scripts/figure_quality_vs_retention.py"
+
+
+rule figure_paired_scatter:
+    input:
+        per_example="results/tables/per_example.csv",
+    output:
+        png=report(
+            "results/figures/paired_scatter.png",
+            caption="../report/paired_scatter.rst",
+            category="Figures",
+            subcategory="Quality",
+        ),
+        svg="results/figures/paired_scatter.svg",
+    log:
+        "logs/figures/paired_scatter.log",
+    params:
+        title="Per example: method vs full cache",
+        point_alpha=0.5,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/figure_paired_scatter.py"
+
+
+rule figure_batch_size:
+    input:
+        summary="results/tables/summary.csv",
+    output:
+        png=report(
+            "results/figures/batch_size.png",
+            caption="../report/batch_size.rst",
+            category="Figures",
+            subcategory="Batch size",
+        ),
+        svg="results/figures/batch_size.svg",
+    log:
+        "logs/figures/batch_size.log",
+    params:
+        title="Full cache: does batching change the answers?",
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../scripts/figure_batch_size.py"

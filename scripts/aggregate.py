@@ -1,13 +1,20 @@
-"""Snakemake adapter: one summary row per cell, from the per-example score files."""
+"""Snakemake adapter: the study's table (CSV + Markdown) and every example's score, from the score files."""
 
-from kvcache_bench.aggregate import build_summary
-from kvcache_bench.io import atomic_path
+from kvcache_bench.aggregate import build_summary, per_example_frame, summary_markdown
+from kvcache_bench.io import atomic_path, write_text_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
-    summary = build_summary(list(job.input.scores), job.params.cells, job.params.expected_n)
+    score_files, cells = list(job.input.scores), job.params.cells
+    summary = build_summary(
+        score_files, cells, job.params.expected_n,
+        seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples,
+    )
     with atomic_path(job.output.summary) as tmp:
         summary.to_csv(tmp, index=False)
-    write_manifest(job.output.summary, params_of(job), None, extra={"rows": len(summary)})
+    with atomic_path(job.output.per_example) as tmp:
+        per_example_frame(score_files, cells).to_csv(tmp, index=False)
+    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n))
+    write_manifest(job.output.summary, params_of(job), job.params.seed, extra={"rows": len(summary)})

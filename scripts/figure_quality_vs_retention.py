@@ -1,4 +1,4 @@
-"""Snakemake adapter: the quality-vs-retention figure (one line per method, full cache as reference)."""
+"""Snakemake adapter: quality vs KV cache kept, one line (with CI band) per method, full cache as reference."""
 
 import pandas as pd
 
@@ -8,6 +8,6 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
-    figure = quality_vs_retention(pd.read_csv(job.input.summary), title=job.params.title)
+    figure = quality_vs_retention(pd.read_csv(job.input.summary), title=job.params.title, band_alpha=job.params.band_alpha)
     save_figure(figure, job.output.png, job.output.svg)
     write_manifest(job.output.png, params_of(job), None)

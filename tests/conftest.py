@@ -32,13 +32,19 @@ def copy_workflow(destination: Path) -> Path:
     return destination
 
 
-def run_snakemake(workdir: Path, *args: str, env: dict | None = None, timeout: int = 2400) -> subprocess.CompletedProcess:
+def run_snakemake(
+    workdir: Path, *args: str, env: dict | None = None, timeout: int = 2400, check: bool = False
+) -> subprocess.CompletedProcess:
+    """Run Snakemake in ``workdir``; with ``check``, a failure raises with the end of its output."""
     environment = {**os.environ, **(env or {})}
     environment.pop("PYTHONPATH", None)  # jobs must find the package through the Snakefile alone
-    return subprocess.run(
+    result = subprocess.run(
         [sys.executable, "-m", "snakemake", *args],
         cwd=workdir, env=environment, capture_output=True, text=True, timeout=timeout,
     )
+    if check and result.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
 
 
 def planned_jobs(output: str) -> dict[str, int]:
@@ -73,7 +79,13 @@ def workflow_copy(tmp_path) -> Path:
 
 @pytest.fixture(scope="session")
 def demo_run(tmp_path_factory) -> Path:
-    """The README's demo command, run once in a private copy; tests read (never modify) its outputs."""
+    """The README's demo command, run once in a private copy; tests read (never modify) its outputs.
+
+    KVCACHE_BENCH_DEMO_WORKDIR may name such a finished copy to reuse while developing.
+    """
+    reuse = os.environ.get("KVCACHE_BENCH_DEMO_WORKDIR")
+    if reuse:
+        return Path(reuse)
     workdir = copy_workflow(tmp_path_factory.mktemp("demo") / "workflow")
     result = run_snakemake(workdir, "--cores", "2", "--configfile", "config/demo.yaml", env={"HF_TOKEN": FAKE_HF_TOKEN})
     assert result.returncode == 0, result.stderr[-5000:]

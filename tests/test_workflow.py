@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pandas as pd
 import pytest
@@ -102,26 +101,3 @@ def test_models_load_without_remote_code_and_token_never_written(demo_run):
     for path in [*demo_run.joinpath("results").rglob("*"), *demo_run.joinpath("logs").rglob("*"), *demo_run.joinpath(".snakemake/log").rglob("*")]:
         if path.is_file():
             assert FAKE_HF_TOKEN not in path.read_bytes().decode(errors="ignore"), path
-
-
-@pytest.fixture
-def demo_run_copy(demo_run, tmp_path):
-    """A disposable copy of the finished demo run (mtimes and Snakemake metadata preserved)."""
-    copy = tmp_path / "demo_copy"
-    shutil.copytree(demo_run, copy, copy_function=shutil.copy2, symlinks=True)
-    return copy
-
-
-def test_finished_demo_plans_nothing(demo_run_copy):
-    result = run_snakemake(demo_run_copy, "-n", "--configfile", "config/demo.yaml")
-    assert result.returncode == 0
-    assert planned_jobs(result.stdout) == {}, result.stdout[-3000:]
-
-
-def test_editing_a_figure_script_reruns_only_that_figure(demo_run_copy):
-    script = demo_run_copy / "scripts/figure_quality_vs_retention.py"
-    script.write_text(script.read_text() + "\n# a user's tweak\n")
-    result = run_snakemake(demo_run_copy, "-n", "--configfile", "config/demo.yaml")
-    assert result.returncode == 0, result.stderr
-    assert set(planned_jobs(result.stdout)) <= {"figure_quality_vs_retention", "report", "all"}
-    assert "figure_quality_vs_retention" in planned_jobs(result.stdout)

@@ -1,0 +1,13 @@
+"""Snakemake adapter: full cache at each batch size, with CIs and the paired difference to batch 1."""
+
+import pandas as pd
+
+from kvcache_bench.manifest import write_manifest
+from kvcache_bench.plots import batch_size_sensitivity, save_figure
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    figure = batch_size_sensitivity(pd.read_csv(job.input.summary), title=job.params.title)
+    save_figure(figure, job.output.png, job.output.svg)
+    write_manifest(job.output.png, params_of(job), None)

@@ -1,0 +1,118 @@
+"""Figures: drawn from hand-made tables, readable, consistent, and honest about what they leave out."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.colors import to_rgb
+
+from kvcache_bench.methods import METHODS
+from kvcache_bench.plots import (
+    batch_size_sensitivity,
+    method_style,
+    paired_scatter,
+    quality_vs_retention,
+    save_figure,
+)
+
+
+def summary_row(method, retention, score, batch_size=1, mode="question_aware", incomplete=False, n=50, diff=np.nan):
+    return dict(dataset="longbench", task="qasper", model="llama", method=method, question_mode=mode,
+                retention=retention, batch_size=batch_size, metric="qa_f1", n=n, expected_n=n,
+                incomplete=incomplete, small_n=n < 30, score=score, ci_low=score - 3, ci_high=score + 3,
+                n_paired=n, full_cache_score=50.0, diff_vs_full=diff, diff_ci_low=diff - 1, diff_ci_high=diff + 1)
+
+
+@pytest.fixture
+def summary():
+    rows = [summary_row("full_cache", 1.0, 50.0), summary_row("full_cache", 1.0, 40.0, mode="question_agnostic")]
+    for mode in ("question_aware", "question_agnostic"):
+        for method, scale in (("snapkv", 0.9), ("streaming_llm", 0.6)):
+            rows += [summary_row(method, r, 50 * scale * r ** 0.2, mode=mode, diff=-5.0) for r in (0.5, 0.25, 0.1)]
+    rows.append(summary_row("knorm", 0.5, 10.0, incomplete=True))
+    return pd.DataFrame(rows)
+
+
+def legend_texts(ax):
+    return [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_quality_vs_retention_has_a_panel_per_question_mode_with_full_cache_as_a_line(summary):
+    figure = quality_vs_retention(summary, title="t")
+    axes = [ax for ax in figure.axes if ax.get_legend() is not None]
+    assert len(axes) == 2
+    assert {ax.get_title().split(" · ")[2] for ax in axes} == {"question-aware", "question-agnostic"}
+    for ax in axes:
+        assert ax.get_xlabel() == "KV cache kept (% of prompt tokens)"
+        assert "qa_f1 (x100" in ax.get_ylabel()
+        labels = legend_texts(ax)
+        assert labels[0] == "Full cache (100% kept)"
+        assert {"SnapKV", "StreamingLLM"} <= set(labels)
+        assert "Knorm" not in labels  # incomplete cell: never drawn
+        assert len(ax.collections) == 2  # a CI band (fill_between) per method
+        assert len(ax.patches) == 1  # and the full cache's band
+    aware = next(ax for ax in axes if "question-aware" in ax.get_title())
+    dashed = [line for line in aware.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1 and set(dashed[0].get_ydata()) == {50.0}
+    snap = next(line for line in aware.get_lines() if line.get_label() == "SnapKV")
+    assert list(snap.get_xdata()) == [10.0, 25.0, 50.0]
+
+
+def test_each_method_keeps_its_colour_across_figures_and_colours_are_distinct():
+    colours = [method_style(m)["color"] for m in METHODS]
+    assert len(set(colours)) == len(colours)
+    assert method_style("full_cache")["color"] == "#000000"
+    # every pair differs clearly in RGB (no two near-identical hues)
+    rgb = [np.array(to_rgb(c)) for c in colours]
+    assert min(np.abs(a - b).sum() for i, a in enumerate(rgb) for b in rgb[i + 1:]) > 0.2
+
+
+def test_paired_scatter_pairs_examples_and_counts_better_worse_tied():
+    rows = []
+    for i, (full, snap) in enumerate([(1.0, 1.0), (1.0, 0.0), (0.0, 0.5), (0.5, 0.5)]):
+        base = dict(dataset="d", task="qasper", model="m", question_mode="question_aware", batch_size=1,
+                    id=f"ex{i}", metric="qa_f1")
+        rows.append({**base, "method": "full_cache", "retention": 1.0, "score": full})
+        rows.append({**base, "method": "snapkv", "retention": 0.5, "score": snap})
+    figure = paired_scatter(pd.DataFrame(rows))
+    (ax,) = figure.axes
+    texts = [t.get_text() for t in ax.texts]
+    assert "better 1 · worse 1 · tied 2\n(examples x retentions)" in texts
+    offsets = ax.collections[0].get_offsets()
+    assert sorted(map(tuple, np.asarray(offsets))) == [(0.0, 50.0), (50.0, 50.0), (100.0, 0.0), (100.0, 100.0)]
+    assert ax.get_xlabel() == "Full cache: qa_f1 (x100)"
+    assert ax.get_title().startswith("SnapKV")
+
+
+def test_batch_size_figure_compares_full_cache_batches_with_the_paired_difference(summary):
+    table = pd.concat([summary, pd.DataFrame([summary_row("full_cache", 1.0, 47.5, batch_size=4, diff=-2.5)])])
+    figure = batch_size_sensitivity(table)
+    aware = next(ax for ax in figure.axes if "question-aware" in ax.get_title())
+    assert [t.get_text() for t in aware.get_xticklabels()] == ["batch 1", "batch 4"]
+    assert any("Δ vs batch 1: -2.50" in t.get_text() for t in aware.texts)
+    assert aware.get_xlabel() == "Prompts per batch (left-padded)"
+
+
+def test_batch_size_figure_says_when_there_is_nothing_to_compare(summary):
+    figure = batch_size_sensitivity(summary)
+    assert any("batch_size_overrides" in t.get_text() for t in figure.axes[0].texts)
+
+
+def test_figures_are_written_as_png_and_svg(summary, tmp_path):
+    save_figure(quality_vs_retention(summary), tmp_path / "f.png", tmp_path / "f.svg")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = (tmp_path / "f.svg").read_text()
+    assert "<svg" in svg and "<dc:date>" not in svg  # no timestamp: unchanged figure, unchanged file
+
+
+def test_paired_scatter_wraps_many_methods_into_rows_of_four():
+    rows = []
+    methods = ["snapkv", "streaming_llm", "pyramidkv", "tova", "knorm", "h2o"]
+    for method in ["full_cache", *methods]:
+        rows.append(dict(dataset="d", task="qasper", model="m", question_mode="question_aware", batch_size=1,
+                         id="ex0", metric="qa_f1", method=method, retention=1.0 if method == "full_cache" else 0.5,
+                         score=0.5))
+    figure = paired_scatter(pd.DataFrame(rows))
+    visible = [ax for ax in figure.axes if ax.get_visible()]
+    assert [ax.get_title().split(" · ")[0] for ax in visible] == ["SnapKV", "StreamingLLM", "PyramidKV", "TOVA", "Knorm", "H2O"]
+    assert len(figure.axes) == 8  # a 2 x 4 grid, the last two panels hidden
+    assert all(ax.get_xlabel() for ax in visible[2:])  # every bottom-of-column panel says what x is

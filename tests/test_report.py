@@ -1,0 +1,153 @@
+"""The report a reader opens, and rebuilding one figure: both on a copy of the checkout, after the demo."""
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from matplotlib.image import imread
+
+from conftest import copy_workflow, run_snakemake
+
+FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
+TABLES = ["summary.csv", "per_example.csv"]
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--hide-scrollbars", "--window-size=1400,1000", "--virtual-time-budget=15000",
+]
+
+
+@pytest.fixture(scope="session")
+def demo_report(demo_run) -> Path:
+    run_snakemake(demo_run, "--report", "results/report.html", "--configfile", "config/demo.yaml", check=True)
+    return demo_run / "results" / "report.html"
+
+
+def embedded_results(report_html: str) -> dict:
+    match = re.search(r'<script id="results">\s*var results = (.*?);\s*</script>', report_html, re.S)
+    assert match, "report has no embedded results"
+    return json.loads(match.group(1))
+
+
+@pytest.mark.slow
+def test_report_embeds_every_figure_and_table_with_its_caption(demo_report):
+    results = embedded_results(demo_report.read_text())
+    for name in FIGURES:
+        entry = results[f"results/figures/{name}.png"]
+        assert entry["data_uri"].startswith("data:image/png;") and ";base64," in entry["data_uri"]
+        assert entry["caption"].strip()
+    for name in TABLES:
+        assert results[f"results/tables/{name}"]["caption"].strip()
+    categories = re.search(r'<script id="categories">\s*var categories = (.*?);\s*</script>', demo_report.read_text(), re.S)
+    assert {"Figures", "Tables"} <= set(json.loads(categories.group(1)))
+
+
+def chromium() -> str:
+    for name in ("chromium", "chromium-browser"):
+        if shutil.which(name):
+            return shutil.which(name)
+    pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
+
+
+def rendered_dom(html: Path, profile: Path) -> str:
+    return subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--dump-dom", html.as_uri()],
+        capture_output=True, text=True, timeout=180, check=True,
+    ).stdout
+
+
+def screenshot(html: Path, png: Path, profile: Path) -> np.ndarray:
+    subprocess.run(
+        [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}", html.as_uri()],
+        capture_output=True, timeout=180, check=True,
+    )
+    return imread(png)[..., :3]
+
+
+def showing(report_html: str, figure_path: str) -> str:
+    """The report, opened on one figure the way its eye button does (app.setView with the embedded data)."""
+    script = (
+        "<script>window.addEventListener('load', function () { setTimeout(function () {"
+        f"app.setView({{content: 'img', contentPath: results[{json.dumps(figure_path)}].data_uri, "
+        f"resultPath: {json.dumps(figure_path)}}}); }}, 200); }});</script>"
+    )
+    # only the page's own closing tag: the embedded JS libraries contain "</body>" in strings
+    head, tag, tail = report_html.rpartition("</body>")
+    assert tag, "report has no </body>"
+    return head + script + tag + tail
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("figure", FIGURES)
+def test_report_figures_render_in_headless_chromium(demo_report, figure, tmp_path):
+    html = tmp_path / f"{figure}.html"
+    html.write_text(showing(demo_report.read_text(), f"results/figures/{figure}.png"))
+    dom = rendered_dom(html, tmp_path / "profile-dom")
+    shown = re.findall(r'<img src="(data:image/png;[^"]*)"', dom)
+    assert any(f"filename={figure}.png;" in uri for uri in shown), f"{figure}: the report did not display it"
+    home = screenshot(demo_report, tmp_path / "home.png", tmp_path / "profile-home")
+    shot = screenshot(html, tmp_path / f"{figure}.png", tmp_path / "profile")
+    content = shot[:, 300:]  # right of the report's navigation bar
+    non_white = (content < 0.95).any(axis=-1).mean()
+    colours = len(np.unique((content * 255).astype(np.uint8).reshape(-1, 3), axis=0))
+    assert non_white > 0.01, f"{figure}: the report shows an (almost) blank page"
+    assert colours > 50, f"{figure}: only {colours} colours on screen: no figure rendered"
+    assert np.abs(shot - home).mean() > 0.005, f"{figure}: the view did not change from the report's home page"
+
+
+def copy_with_results(demo_run: Path, destination: Path) -> Path:
+    """A copy of a finished demo, outputs and Snakemake's records included, timestamps kept."""
+    shutil.copytree(demo_run, destination, symlinks=True)
+    return destination
+
+
+def jobs_planned(workdir: Path) -> dict[str, int]:
+    result = run_snakemake(workdir, "-n", "--configfile", "config/demo.yaml", "--quiet", "rules", check=True)
+    table = re.search(r"job\s+count\n[-\s]+\n(.*?)\n\s*total", result.stdout + result.stderr, re.S)
+    if table is None:
+        return {}
+    return {line.split()[0]: int(line.split()[1]) for line in table.group(1).splitlines() if line.strip()}
+
+
+@pytest.mark.slow
+def test_finished_demo_plans_nothing(demo_run, tmp_path):
+    assert jobs_planned(copy_with_results(demo_run, tmp_path / "copy")) == {}
+
+
+@pytest.mark.slow
+def test_editing_one_figure_script_reruns_only_that_figure(demo_run, tmp_path):
+    workdir = copy_with_results(demo_run, tmp_path / "copy")
+    script = workdir / "scripts" / "figure_paired_scatter.py"
+    script.write_text(script.read_text() + "\n# a reader's tweak\n")
+    assert jobs_planned(workdir) == {"figure_paired_scatter": 1, "all": 1}
+
+
+@pytest.mark.slow
+def test_changing_one_figure_param_reruns_only_that_figure(demo_run, tmp_path):
+    workdir = copy_with_results(demo_run, tmp_path / "copy")
+    rules = workdir / "rules" / "figures.smk"
+    text = rules.read_text()
+    assert "band_alpha=0.15," in text
+    rules.write_text(text.replace("band_alpha=0.15,", "band_alpha=0.3,"))
+    assert jobs_planned(workdir) == {"figure_quality_vs_retention": 1, "all": 1}
+
+
+def test_refused_cells_never_reach_the_table(tmp_path):
+    workdir = copy_workflow(tmp_path / "copy")
+    config = yaml.safe_load((workdir / "config" / "demo.yaml").read_text())
+    config["batch_sizes"] = [1, 2]  # SnapKV at batch 2 is refused by the config check
+    config["methods"] = ["full_cache", "snapkv"]
+    config.pop("batch_size_overrides", None)
+    (workdir / "config" / "refused.yaml").write_text(yaml.safe_dump(config))
+    result = run_snakemake(workdir, "results/tables/summary.csv", "-n", "--configfile", "config/refused.yaml", check=True)
+    aggregate = re.search(r"rule aggregate:\n\s+input: (.*?)\n", result.stdout + result.stderr)
+    assert aggregate, result.stdout[-2000:]
+    table_inputs = aggregate.group(1).split(", ")
+    assert "results/scores/synthetic/synthetic_qa/demo-tiny-llama/full_cache/question_aware/retention-1.00_batch-2.jsonl" in table_inputs
+    assert not [path for path in table_inputs if "/snapkv/" in path and path.endswith("_batch-2.jsonl")]
+    assert [path for path in table_inputs if "/snapkv/" in path and path.endswith("_batch-1.jsonl")]
