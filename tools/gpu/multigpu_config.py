@@ -44,6 +44,7 @@ def main():
     config["models"] = {"multigpu-llama": model}
     config["methods"] = METHODS[: args.gpus]
     config["retentions"] = [0.5]
+    config.pop("batch_size_overrides", None)  # one generation job per method: N jobs for N GPUs
     config["generation"]["device"] = "auto"  # GPU when there is one; the allocator picks which
     (args.out / "multigpu.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
