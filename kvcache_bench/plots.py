@@ -22,8 +22,10 @@ from .methods import METHODS  # noqa: E402
 
 # Okabe & Ito (2008), without black, which is kept for the full cache.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
+# Past Okabe-Ito's eight: Paul Tol's wine and indigo, also distinguishable with colour-vision deficiencies.
+METHOD_COLOURS = OKABE_ITO + ["#882255", "#332288"]
 FULL_CACHE_COLOUR = "#000000"
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h", "*", "p"]
 RETENTION_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
 COMPRESSED_METHODS = [name for name in METHODS if name != BASELINE_METHOD]
 
@@ -37,7 +39,7 @@ def method_style(name: str) -> dict:
     if name == BASELINE_METHOD:
         return {"color": FULL_CACHE_COLOUR, "marker": None}
     index = COMPRESSED_METHODS.index(name) if name in COMPRESSED_METHODS else len(COMPRESSED_METHODS)
-    return {"color": OKABE_ITO[index % len(OKABE_ITO)], "marker": MARKERS[index % len(MARKERS)]}
+    return {"color": METHOD_COLOURS[index % len(METHOD_COLOURS)], "marker": MARKERS[index % len(MARKERS)]}
 
 
 def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None) -> None:
