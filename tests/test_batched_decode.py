@@ -220,3 +220,25 @@ def test_min_new_tokens_blocks_early_stops_in_every_row():
     if "min_new_tokens" in inspect.signature(engine.generate_one).parameters:
         press = press_for("snapkv")
         assert alone == [engine.generate_one(model, p, press, True, NEW_TOKENS, stop_ids, min_new_tokens=3).token_ids for p in prompts]
+
+
+def test_grouped_query_decode_attention_equals_repeated_kv_attention():
+    """The copy-free GQA path computes what transformers' repeat_kv + SDPA computes, mask included."""
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from kvcache_bench.batched_decode import _grouped_query_sdpa
+
+    generator = torch.Generator().manual_seed(0)
+    query = torch.randn(3, 8, 1, 16, generator=generator)
+    key = torch.randn(3, 2, 40, 16, generator=generator)
+    value = torch.randn(3, 2, 40, 16, generator=generator)
+    mask = torch.ones(3, 1, 1, 40, dtype=torch.bool)
+    mask[0, ..., :7] = False  # left padding of different widths per row
+    mask[2, ..., :31] = False
+    module = SimpleNamespace(num_key_value_groups=4, is_causal=True, scaling=0.25)
+    expected, _ = sdpa_attention_forward(module, query, key, value, mask, scaling=0.25)
+    grouped, _ = _grouped_query_sdpa(module, query, key, value, mask, 0.25)
+    assert grouped.shape == expected.shape
+    torch.testing.assert_close(grouped, expected, rtol=1e-5, atol=1e-6)
