@@ -23,8 +23,8 @@ import pandas as pd
 from .io import read_jsonl
 from .methods import FULL_RETENTION, METHODS
 
-CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size"]
-PAIRING_COLUMNS = ["dataset", "task", "model", "question_mode"]
+CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size", "decode_batch_size"]
+PAIRING_COLUMNS = ["dataset", "task", "model", "question_mode", "decode_batch_size"]
 BASELINE_METHOD = "full_cache"
 BASELINE_BATCH_SIZE = 1
 SUMMARY_COLUMNS = CELL_COLUMNS + [
@@ -150,8 +150,8 @@ def build_summary(
     # full cache first, then the methods in the registry's order, each from most to least cache kept
     method_order = {name: position for position, name in enumerate(METHODS)}
     frame["method_order"] = frame["method"].map(lambda m: method_order.get(m, len(method_order)))
-    order = ["dataset", "task", "model", "question_mode", "method_order", "method", "retention", "batch_size"]
-    frame = frame.sort_values(order, ascending=[True] * 6 + [False, True], kind="stable")
+    order = ["dataset", "task", "model", "question_mode", "method_order", "method", "retention", "batch_size", "decode_batch_size"]
+    frame = frame.sort_values(order, ascending=[True] * 6 + [False, True, True], kind="stable")
     return frame.drop(columns="method_order").reset_index(drop=True)
 
 

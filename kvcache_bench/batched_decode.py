@@ -184,6 +184,34 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
     return prefilled
 
 
+@torch.inference_mode()
+def generate_shared_contexts_together(
+    model,
+    groups: list[list[PromptTokens]],
+    press,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    decode_batch_size: int,
+    min_new_tokens: int = 0,
+) -> tuple[list[Generation], DecodePath]:
+    """Question-agnostic decode batching: each group's context is compressed once, then every question
+    of every group is decoded together. Generations come back group by group, in question order."""
+    prefilled: list[PrefilledPrompt] = []
+    sizes: list[int] = []
+    for group in groups:
+        prefilled += prefill_shared_context(model, group[0].context_ids, [p.question_ids for p in group], press)
+        sizes += [len(group)] * len(group)
+    start = time.perf_counter()
+    outputs = decode_together(model, prefilled, max_new_tokens, stop_ids, min_new_tokens)
+    _synchronize(model.device)
+    share = (time.perf_counter() - start) / len(prefilled)
+    generations = [
+        Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens, size)
+        for p, token_ids, size in zip(prefilled, outputs, sizes)
+    ]
+    return generations, DecodePath(decode_batch_size, len(prefilled), None)
+
+
 def _grouped_query_sdpa(module, query, key, value, mask, scaling):
     """One decode step's attention without materialising repeated K/V for grouped-query attention.
 
@@ -393,7 +421,7 @@ def generate_prefill_one_decode_many(
         _synchronize(model.device)
         share = (time.perf_counter() - start) / len(pending)
         for (index, p), token_ids in zip(pending, outputs):
-            generations[index] = Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share)
+            generations[index] = Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens)
         largest_batch = max(largest_batch, len(pending))
         pending.clear()
 
@@ -407,7 +435,7 @@ def generate_prefill_one_decode_many(
                 fallbacks.add(obstacle)
             token_ids = _greedy_alone(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
             _synchronize(model.device)
-            generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start)
+            generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
             largest_batch = max(largest_batch, 1)
             continue
         prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False)

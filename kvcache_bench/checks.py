@@ -29,18 +29,19 @@ class Cell:
     method: str
     question_mode: str
     retention: float
-    batch_size: int
+    batch_size: int  # prompts prefilled together (left-padded): refused with eviction
+    decode_batch_size: int = 1  # compressed caches decoded together after prefilling each alone: always safe
 
     @property
     def target(self) -> str:
         return (
             f"{self.dataset}/{self.task}/{self.model}/{self.method}/{self.question_mode}/"
-            f"{setting_slug(self.retention, self.batch_size)}"
+            f"{setting_slug(self.retention, self.batch_size, self.decode_batch_size)}"
         )
 
 
-def setting_slug(retention: float, batch_size: int) -> str:
-    return f"retention-{retention:.2f}_batch-{batch_size}"
+def setting_slug(retention: float, batch_size: int, decode_batch_size: int = 1) -> str:
+    return f"retention-{retention:.2f}_batch-{batch_size}_decode-{decode_batch_size}"
 
 
 def problems_with(cell: Cell) -> list[str]:
@@ -56,6 +57,13 @@ def problems_with(cell: Cell) -> list[str]:
         problems.append(f"unknown question mode {cell.question_mode!r}; allowed: {', '.join(QUESTION_MODES)}")
     if cell.batch_size < 1:
         problems.append(f"batch size must be >= 1, got {cell.batch_size}")
+    if cell.decode_batch_size < 1:
+        problems.append(f"decode batch size must be >= 1, got {cell.decode_batch_size}")
+    if cell.batch_size > 1 and cell.decode_batch_size > 1:
+        problems.append(
+            f"batch size {cell.batch_size} already decodes its padded batch together; "
+            f"decode batch size {cell.decode_batch_size} applies to batch size 1 only"
+        )
     if spec.evicts and cell.batch_size > 1:
         problems.append(
             f"{spec.label} evicts cache entries and batch size is {cell.batch_size}: left padding would be "

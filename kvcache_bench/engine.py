@@ -363,15 +363,22 @@ def run_cell(
     seed: int,
     method_kwargs: dict | None = None,
     progress: bool = True,
+    decode_batch_size: int = 1,
 ):
-    """Yield one prediction record per row, in row order (the ``generate`` rule's work)."""
+    """Yield one prediction record per row, in row order (the ``generate`` rule's work).
+
+    ``batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
+    > 1 prefills and compresses every example alone and decodes that many compressed caches together
+    (``kvcache_bench.batched_decode``: safe with eviction).
+    """
     from tqdm import tqdm
 
+    from .batched_decode import DecodePath, generate_prefill_one_decode_many, generate_shared_contexts_together
     from .checks import Cell, check_cell
     from .methods import attention_implementation_for, build_press, cache_factory_for, get_method
     from .prompts import NEWLINE_STOP_TASKS, build_prompt_tokens, extra_stop_ids
 
-    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size))
+    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size))
     torch.manual_seed(seed)
     device = pick_device(model_settings.device)
     tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
@@ -389,8 +396,30 @@ def run_cell(
         for row in rows
     ]
     kv_bits = get_method(method).kv_cache_bits
+    batch_decoding = decode_batch_size > 1
+    single_path = DecodePath(decode_batch_size, 1, None).record()
+    path_of: dict[int, dict] = {}
 
     def generations_for(chunk: list[int]) -> list[Generation]:
+        if batch_decoding and question_aware:
+            generations, path = generate_prefill_one_decode_many(
+                model, [prompts[i] for i in chunk], press, True, max_new_tokens, stop_ids, decode_batch_size,
+                min_new_tokens=min_new_tokens, make_cache=make_cache,
+            )
+            path_of.update({i: path.record() for i in chunk})
+            return generations
+        if batch_decoding and kv_bits is None:
+            groups = shared_context_groups([prompts[i] for i in chunk])
+            generations, path = generate_shared_contexts_together(
+                model, [[prompts[chunk[i]] for i in group] for group in groups], press, max_new_tokens, stop_ids,
+                decode_batch_size, min_new_tokens=min_new_tokens,
+            )
+            order = [chunk[i] for group in groups for i in group]
+            path_of.update({i: path.record() for i in order})
+            by_index = dict(zip(order, generations))
+            return [by_index[i] for i in chunk]
+        if batch_decoding:  # a quantised cache cannot be stacked with others: decode this group alone
+            path_of.update({i: DecodePath(decode_batch_size, 1, "quantised cache: decoded at batch 1").record() for i in chunk})
         if batch_size > 1:  # only non-evicting methods get here (check_cell)
             return generate_padded_batch(
                 model, [prompts[i] for i in chunk], press, tokenizer.pad_token_id or 0, max_new_tokens, stop_ids,
@@ -409,7 +438,15 @@ def run_cell(
         ]
 
     if question_aware or batch_size > 1:
-        chunks = [list(range(s, min(s + batch_size, len(rows)))) for s in range(0, len(rows), batch_size)]
+        per_chunk = decode_batch_size if batch_decoding else batch_size
+        chunks = [list(range(s, min(s + per_chunk, len(rows)))) for s in range(0, len(rows), per_chunk)]
+    elif batch_decoding and kv_bits is None:
+        chunks = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
+        for group in shared_context_groups(prompts):
+            if chunks and len(chunks[-1]) + len(group) <= decode_batch_size:
+                chunks[-1] = chunks[-1] + group
+            else:
+                chunks.append(list(group))
     else:
         chunks = shared_context_groups(prompts)
     bar = tqdm(total=len(rows), desc=f"{method}@{retention:.2f}", unit="ex", disable=not progress, mininterval=1.0)
@@ -441,6 +478,7 @@ def run_cell(
             "retention": retention,
             "batch_size": batch_size,
             "question_mode": question_mode,
+            **path_of.pop(index, single_path),
         }
         bar.update(1)
     bar.close()

@@ -42,6 +42,14 @@ def method_style(name: str) -> dict:
     return {"color": METHOD_COLOURS[index % len(METHOD_COLOURS)], "marker": MARKERS[index % len(MARKERS)]}
 
 
+def _one_decode_batch(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of the smallest decode batch size present: decode batching must not change answers, so one
+    setting speaks for all (and a study that also ran others gets one line per method, not several)."""
+    if "decode_batch_size" not in frame or frame.empty:
+        return frame
+    return frame[frame["decode_batch_size"] == frame["decode_batch_size"].min()]
+
+
 def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None) -> None:
     for path, fmt in ((png_path, "png"), (svg_path, "svg")):
         if path is None:
@@ -80,7 +88,7 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
     Each method is a line with its 95% bootstrap band; full cache (batch 1) is a horizontal black
     line with its own band, because it keeps 100% and is what every method is compared with.
     """
-    frame = _complete(summary[summary["batch_size"] == BASELINE_BATCH_SIZE])
+    frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
     if frame.empty:
         return _empty_figure("No complete batch-1 cells to plot.", title)
     groups = sorted(frame.groupby(["dataset", "task", "model"]).groups)
@@ -133,7 +141,7 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
     counts of better/worse/tied examples are printed in each panel: ties are common (0 or 1 scores),
     so points that overlap are still counted.
     """
-    frame = per_example[per_example["batch_size"] == BASELINE_BATCH_SIZE]
+    frame = _one_decode_batch(per_example[per_example["batch_size"] == BASELINE_BATCH_SIZE])
     keys = ["dataset", "task", "model", "question_mode", "id"]
     baseline = frame[frame["method"] == BASELINE_METHOD][keys + ["score"]].rename(columns={"score": "full_score"})
     paired = frame[frame["method"] != BASELINE_METHOD].merge(baseline, on=keys, how="inner")

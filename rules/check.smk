@@ -32,6 +32,7 @@ rule check_config:
         question_mode="{question_mode}",
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
+        decode_batch_size=wildcard_int("decode_batch_size"),
     conda:
         "../envs/analysis.yaml"
     script:

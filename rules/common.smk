@@ -17,7 +17,7 @@ from kvcache_bench.prompts import max_new_tokens_for
 SEED = config["seed"]
 GENERATION = config.get("generation", {})
 QUESTION_MODES = config["question_modes"]
-SETTING_PATTERN = "retention-{retention}_batch-{batch_size}"
+SETTING_PATTERN = "retention-{retention}_batch-{batch_size}_decode-{decode_batch_size}"
 CELL_PATTERN = "{dataset}/{task}/{model}/{method}/{question_mode}/" + SETTING_PATTERN
 
 
@@ -34,6 +34,7 @@ BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
 wildcard_constraints:
     retention=r"\d\.\d\d",
     batch_size=r"\d+",
+    decode_batch_size=r"\d+",
     question_mode="question_aware|question_agnostic",
     method=r"[a-z0-9_]+",
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
@@ -46,6 +47,11 @@ def batch_sizes_for(method):
     return config.get("batch_size_overrides", {}).get(method, config["batch_sizes"])
 
 
+def decode_batch_sizes_for(batch_size):
+    """A padded prefill batch decodes together already: decode batching applies to batch size 1."""
+    return [1] if batch_size > 1 else config.get("decode_batch_sizes", [1])
+
+
 def requested_cells():
     """Every (dataset, task, model, method, question mode, retention, batch size) the config asks for."""
     cells = []
@@ -56,24 +62,26 @@ def requested_cells():
                     for mode in QUESTION_MODES:
                         for retention in retentions_for(method, config["retentions"]):
                             for batch_size in batch_sizes_for(method):
-                                cells.append(
-                                    dict(
-                                        dataset=dataset,
-                                        task=task,
-                                        model=model,
-                                        method=method,
-                                        question_mode=mode,
-                                        retention=f"{retention:.2f}",
-                                        batch_size=str(batch_size),
+                                for decode_batch_size in decode_batch_sizes_for(batch_size):
+                                    cells.append(
+                                        dict(
+                                            dataset=dataset,
+                                            task=task,
+                                            model=model,
+                                            method=method,
+                                            question_mode=mode,
+                                            retention=f"{retention:.2f}",
+                                            batch_size=str(batch_size),
+                                            decode_batch_size=str(decode_batch_size),
+                                        )
                                     )
-                                )
     return cells
 
 
 def _is_refused(cell):
     return bool(
         problems_with(
-            Cell(**{**cell, "retention": float(cell["retention"]), "batch_size": int(cell["batch_size"])})
+            Cell(**table_cell(cell))
         )
     )
 
@@ -170,7 +178,17 @@ def built_model_setting(key):
 
 
 def cells_for_table():
-    return [{**cell, "retention": float(cell["retention"]), "batch_size": int(cell["batch_size"])} for cell in study_cells()]
+    return [table_cell(cell) for cell in study_cells()]
+
+
+def table_cell(cell):
+    """A cell's wildcards with their numeric types, as the checks and tables take them."""
+    return {
+        **cell,
+        "retention": float(cell["retention"]),
+        "batch_size": int(cell["batch_size"]),
+        "decode_batch_size": int(cell["decode_batch_size"]),
+    }
 
 
 def wildcard_float(name):

@@ -17,6 +17,7 @@ rule generate:
         method="{method}",
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
+        decode_batch_size=wildcard_int("decode_batch_size"),
         question_mode="{question_mode}",
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,

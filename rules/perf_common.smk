@@ -28,6 +28,7 @@ def requested_perf_cells():
                                 question_mode="question_aware",
                                 retention=f"{retention:.2f}",
                                 batch_size=str(batch_size),
+                                decode_batch_size="1",
                                 context=str(context),
                             )
                         )
@@ -63,7 +64,7 @@ def perf_outputs():
 
 def perf_inputs(wildcards):
     """The cell's config check; the dataset's rows when contexts are cut from documents; a built model."""
-    cell = dict(wildcards.items(), question_mode="question_aware")
+    cell = dict(wildcards.items(), question_mode="question_aware", decode_batch_size="1")
     inputs = {"ok": f"results/checks/{CELL_PATTERN.format(**cell)}.ok"}
     if PERF.get("context_source", "dataset") == "dataset":
         inputs["rows"] = "results/data/{dataset}/{task}.jsonl".format(**cell)

@@ -7,6 +7,6 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     p = job.params
-    cell = Cell(p.dataset, p.task, p.model, p.method, p.question_mode, p.retention, p.batch_size)
+    cell = Cell(p.dataset, p.task, p.model, p.method, p.question_mode, p.retention, p.batch_size, p.decode_batch_size)
     check_cell(cell)
     write_json_atomic(job.output.ok, {"target": cell.target, "status": "ok", "params": params_of(job)})

@@ -20,6 +20,7 @@ with logging_to(job):
         method=p.method,
         retention=p.retention,
         batch_size=p.batch_size,
+        decode_batch_size=p.decode_batch_size,
         question_mode=p.question_mode,
         max_new_tokens=p.max_new_tokens,
         seed=p.seed,

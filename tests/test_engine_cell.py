@@ -22,7 +22,7 @@ def rows():
     return normalise_rows(generated, "synthetic_qa", None)
 
 
-def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tokens=2048, batch_size=1):
+def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tokens=2048, batch_size=1, decode_batch_size=1):
     return list(
         run_cell(
             rows,
@@ -36,6 +36,7 @@ def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tok
             seed=0,
             method_kwargs={"window_size": 4} if method == "snapkv" else None,
             progress=False,
+            decode_batch_size=decode_batch_size,
         )
     )
 
@@ -56,3 +57,19 @@ def test_truncation_is_recorded(rows, demo_model):
     records = cell(rows[:2], demo_model, "question_aware", method="full_cache", retention=1.0, max_context_tokens=48)
     assert all(r["truncated"] and r["prompt_tokens"] == 48 < r["original_prompt_tokens"] for r in records)
     assert all(r["max_context_tokens"] == 48 and r["effective_retention"] == 1.0 for r in records)
+
+
+@pytest.mark.parametrize("mode", ["question_aware", "question_agnostic"])
+@pytest.mark.parametrize("method,retention", [("snapkv", 0.5), ("pyramidkv", 0.25), ("full_cache", 1.0)])
+def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_model, mode, method, retention):
+    alone = cell(rows, demo_model, mode, method=method, retention=retention)
+    together = cell(rows, demo_model, mode, method=method, retention=retention, decode_batch_size=4)
+    assert [r["prediction"] for r in together] == [r["prediction"] for r in alone]
+    assert [r["id"] for r in together] == [r["_id"] for r in rows]
+    assert [r["kept_tokens"] for r in together] == [r["kept_tokens"] for r in alone]
+    assert [r["effective_retention"] for r in together] == pytest.approx([r["effective_retention"] for r in alone])
+    assert all(r["decode_batch_size"] == 4 and r["decode_fallback"] is None for r in together)
+    assert max(r["effective_decode_batch_size"] for r in together) == 4
+    assert all(r["decode_batch_size"] == 1 and r["effective_decode_batch_size"] == 1 for r in alone)
+    if mode == "question_agnostic":
+        assert all(r["shared_context_questions"] == 2 for r in together)

@@ -58,7 +58,7 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
 
     run = _snakemake(workdir, "perf_all", "--configfile", "perf_small.yaml", "--cores", "2", "--keep-going")
     assert run.returncode != 0  # the refused cell's check fails, loudly ...
-    check_log = (workdir / "logs/check_config/synthetic/synthetic_qa/demo-tiny-llama/knorm/question_aware/retention-0.50_batch-2.log").read_text()
+    check_log = (workdir / "logs/check_config/synthetic/synthetic_qa/demo-tiny-llama/knorm/question_aware/retention-0.50_batch-2_decode-1.log").read_text()
     assert "padding collapse" in check_log
     # ... and the accepted cells still produce the table and figures (--keep-going).
     assert not (workdir / "results/perf/synthetic/synthetic_qa/demo-tiny-llama/knorm/context-64/retention-0.50_batch-2.jsonl").exists()

@@ -31,7 +31,7 @@ def test_real_study_dry_run_plans_full_study(workflow_copy):
     assert PIPELINE_RULES | {"download_dataset"} <= set(jobs)
     assert jobs["generate"] == 25
     assert "build_demo_model" not in jobs  # the real study loads hub weights; it builds nothing
-    assert "results/predictions/longbench/qasper/llama-3.1-8b-instruct/snapkv/question_aware/retention-0.10_batch-1.jsonl" in result.stdout
+    assert "results/predictions/longbench/qasper/llama-3.1-8b-instruct/snapkv/question_aware/retention-0.10_batch-1_decode-1.jsonl" in result.stdout
 
 
 def test_unknown_config_key_fails_naming_the_key(workflow_copy):
@@ -60,13 +60,13 @@ def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow
 
     result = run_snakemake(workflow_copy, "--cores", "2", "--keep-going", "--configfile", "config/batched.yaml")
     assert result.returncode != 0
-    refused = "synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.50_batch-4"
+    refused = "synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.50_batch-4_decode-1"
     log = (workflow_copy / "logs/check_config" / f"{refused}.log").read_text()
     assert f"refused target {refused}" in log and "padding" in log
     predictions = workflow_copy / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama"
-    assert not (predictions / "snapkv/question_aware/retention-0.50_batch-4.jsonl").exists()
-    assert (predictions / "full_cache/question_aware/retention-1.00_batch-4.jsonl").exists()
-    assert (predictions / "snapkv/question_aware/retention-0.50_batch-1.jsonl").exists()
+    assert not (predictions / "snapkv/question_aware/retention-0.50_batch-4_decode-1.jsonl").exists()
+    assert (predictions / "full_cache/question_aware/retention-1.00_batch-4_decode-1.jsonl").exists()
+    assert (predictions / "snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl").exists()
     summary = pd.read_csv(workflow_copy / "results/tables/summary.csv")
     assert not ((summary["method"] == "snapkv") & (summary["batch_size"] == 4)).any()
     assert set(summary["batch_size"][summary["method"] == "full_cache"]) == {1, 4}
@@ -79,7 +79,7 @@ def test_demo_end_to_end_produces_table_and_figure(demo_run):
     assert summary["score"].between(0, 100).all()
     for figure in ("quality_vs_retention.png", "quality_vs_retention.svg"):
         assert (demo_run / "results/figures" / figure).stat().st_size > 10_000
-    predictions = (demo_run / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.25_batch-1.jsonl").read_text().splitlines()
+    predictions = (demo_run / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.25_batch-1_decode-1.jsonl").read_text().splitlines()
     record = json.loads(predictions[0])
     assert {"id", "prediction", "references", "prompt_tokens", "kept_tokens", "truncated", "seconds"} <= set(record)
     assert 0.2 < record["effective_retention"] < 0.3
