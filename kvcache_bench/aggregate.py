@@ -133,6 +133,7 @@ def build_summary(
     if len(score_files) != len(cells):
         raise ValueError(f"{len(score_files)} score files for {len(cells)} cells")
     expected_ns = expected_ns or [None] * len(score_files)
+    cells = [with_decode_batch_size(cell) for cell in cells]
     scores_by_cell = [read_scores(path) for path in score_files]
     baselines = {
         tuple(cell[c] for c in PAIRING_COLUMNS): scores
@@ -155,8 +156,14 @@ def build_summary(
     return frame.drop(columns="method_order").reset_index(drop=True)
 
 
+def with_decode_batch_size(cell: dict) -> dict:
+    """Cells named before decode batching existed were decoded one at a time."""
+    return {"decode_batch_size": 1, **cell}
+
+
 def per_example_frame(score_files: list[str], cells: list[dict]) -> pd.DataFrame:
     """Every scored example, one row each, with its cell: the data behind every aggregate."""
+    cells = [with_decode_batch_size(cell) for cell in cells]
     rows = []
     for path, cell in zip(score_files, cells):
         for record in read_jsonl(path):
