@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Generation, cache_lengths
+from .engine import Generation, cache_lengths, greedy_decode
 from .prompts import PromptTokens
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
@@ -302,29 +302,6 @@ class _StackedRows:
             self.masks[layer] = self.masks[layer].index_select(0, rows)
 
 
-def _greedy_alone(model, cache, logits, next_position: int, max_new_tokens: int, stop_ids: set[int], min_new_tokens: int) -> list[int]:
-    """Batch-1 greedy decoding, as the engine does it (for caches that cannot be stacked)."""
-    blocked = torch.tensor(sorted(stop_ids), device=model.device, dtype=torch.long) if stop_ids else None
-    generated: list[int] = []
-    position = next_position
-    while True:
-        if blocked is not None and len(generated) < min_new_tokens:
-            logits = logits.clone()
-            logits[:, blocked] = float("-inf")
-        next_token = logits.argmax(dim=-1)
-        generated.append(int(next_token))
-        if len(generated) >= max_new_tokens or generated[-1] in stop_ids:
-            return generated
-        outputs = model(
-            input_ids=next_token.view(1, 1),
-            past_key_values=cache,
-            position_ids=torch.tensor([[position]], device=model.device),
-            use_cache=True,
-        )
-        position += 1
-        logits = outputs.logits[:, -1]
-
-
 @torch.inference_mode()
 def decode_together(
     model,
@@ -433,7 +410,7 @@ def generate_prefill_one_decode_many(
         if decode_batch_size == 1 or obstacle is not None:  # decoded alone, from the cache it already has
             if obstacle is not None:
                 fallbacks.add(obstacle)
-            token_ids = _greedy_alone(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
+            token_ids = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
             _synchronize(model.device)
             generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
             largest_batch = max(largest_batch, 1)

@@ -32,8 +32,12 @@ def test_tiny_run_writes_every_method_and_mode(tmp_path):
 def test_the_full_shape_is_llama_31_8b():
     shape = load_script().LLAMA_31_8B
     assert (shape["hidden_size"], shape["num_hidden_layers"], shape["num_attention_heads"], shape["num_key_value_heads"]) == (4096, 32, 32, 8)
-    assert (shape["intermediate_size"], shape["vocab_size"], shape["rope_theta"]) == (14336, 128256, 500000.0)
-    assert shape["rope_scaling"] == {
-        "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+    assert (shape["intermediate_size"], shape["vocab_size"]) == (14336, 128256)
+    expected_rope = {
+        "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 8192,
     }
+    assert shape["rope_parameters"] == expected_rope
+    from transformers import LlamaConfig
+
+    assert LlamaConfig(**shape).rope_parameters == expected_rope  # what the model is actually built with

@@ -25,6 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
+from kvcache_bench.model_shapes import build_random_model  # noqa: E402
 from kvcache_bench.batched_decode import generate_prefill_one_decode_many  # noqa: E402
 from kvcache_bench.engine import generate_one  # noqa: E402
 from kvcache_bench.methods import build_press  # noqa: E402
@@ -32,29 +35,6 @@ from kvcache_bench.prompts import PromptTokens  # noqa: E402
 
 log = logging.getLogger("batched_decode_h200")
 
-# meta-llama/Llama-3.1-8B(-Instruct) config.json, field for field (minus the token ids it does not need).
-LLAMA_31_8B = dict(
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    rope_parameters={
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-)
-TINY = {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000}
 
 FULL_RUN = dict(examples=32, prompt_tokens=5000, new_tokens=64, decode_batch=16,
                 exact_examples=4, exact_prompt_tokens=1500, exact_new_tokens=32, exact_decode_batch=4)
@@ -62,16 +42,6 @@ TINY_RUN = dict(examples=6, prompt_tokens=300, new_tokens=8, decode_batch=4,
                 exact_examples=3, exact_prompt_tokens=150, exact_new_tokens=6, exact_decode_batch=3)
 QUESTION_TOKENS = 32
 METHOD, RETENTION = "snapkv", 0.5
-
-
-def build_random_model(shape: dict, dtype: torch.dtype, device: torch.device, seed: int):
-    """Random init straight on the device: 16 GB of bf16 weights never touch the host or the disk."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(LlamaConfig(**shape), dtype=dtype, attn_implementation="sdpa")
-    return model.eval()
 
 
 def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> list[PromptTokens]:

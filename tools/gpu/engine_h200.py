@@ -26,34 +26,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE  # noqa: E402
 from kvcache_bench.engine import generate_one, generate_shared_context  # noqa: E402
 from kvcache_bench.methods import build_press  # noqa: E402
 from kvcache_bench.prompts import PromptTokens  # noqa: E402
 
-LLAMA_31_8B = dict(
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    rope_theta=500000.0,
-    rope_scaling={
-        "rope_type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-    tie_word_embeddings=False,
-    bos_token_id=128000,
-    eos_token_id=[128001, 128008, 128009],
-)
-TINY = {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-        "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}
+TINY = {**TINY_LLAMA_SHAPE, "vocab_size": 512}
 METHODS = (("full_cache", 1.0), ("snapkv", 0.5), ("streaming_llm", 0.5), ("knorm", 0.5))
 QUESTION_MODES = ("question_aware", "question_agnostic")
 

@@ -25,6 +25,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
+from kvcache_bench.model_shapes import build_random_model  # noqa: E402
 from kvcache_bench.engine import pick_device  # noqa: E402
 from kvcache_bench.io import write_json_atomic, write_jsonl_atomic, write_text_atomic  # noqa: E402
 from kvcache_bench.manifest import git_commit, package_versions  # noqa: E402
@@ -40,46 +43,10 @@ from kvcache_bench.perf import (  # noqa: E402
 
 log = logging.getLogger("perf_h200")
 
-# meta-llama/Llama-3.1-8B(-Instruct) config.json, field for field (minus the token ids it does not need).
-LLAMA_31_8B = dict(
-    hidden_size=4096,
-    intermediate_size=14336,
-    num_hidden_layers=32,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    head_dim=128,
-    vocab_size=128256,
-    max_position_embeddings=131072,
-    rms_norm_eps=1e-5,
-    tie_word_embeddings=False,
-    rope_parameters={
-        "rope_type": "llama3",
-        "rope_theta": 500000.0,
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-)
 # --tiny: the same family and rope scaling, small enough for a CPU test.
-TINY = {**LLAMA_31_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
-        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 1000}
 
 METHODS = ["full_cache", "snapkv", "streaming_llm", "knorm"]
 RETENTIONS = [0.5, 0.1]
-
-
-def build_random_model(shape: dict, dtype: torch.dtype, device: torch.device, seed: int):
-    """Random init straight on the device: 16 GB of bf16 weights never touch the host or the disk."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    torch.manual_seed(seed)
-    config = LlamaConfig(**shape)
-    with torch.device(device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="sdpa")
-    if next(model.parameters()).device.type != device.type:  # a transformers that ignores the device context
-        model = model.to(device)
-    return model.eval()
 
 
 def parse_args(argv=None):
