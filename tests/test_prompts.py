@@ -64,7 +64,7 @@ def test_context_part_and_question_part_make_the_whole_prompt(task):
 
 
 def test_chat_template_wraps_the_turn_and_the_split_is_exact(chat_tokenizer):
-    prompt = build_prompt_tokens(chat_tokenizer, "synthetic_qa", "the city is old .", "who founded x ?", 10_000)
+    prompt = build_prompt_tokens(chat_tokenizer, "synthetic_qa", "the city is old .", "what is the founder of city ?", 10_000)
     full = chat_tokenizer.apply_chat_template(
         [{"role": "user", "content": PROMPTS["synthetic_qa"].format(context="the city is old .", input="who founded x ?")}],
         add_generation_prompt=True,
@@ -90,14 +90,14 @@ def test_answer_prefix_opens_the_answer_after_the_question(chat_tokenizer):
 
 def test_over_long_prompt_loses_the_middle_of_the_context_and_says_so(tokenizer):
     context = " ".join(["the"] * 50 + ["city"] * 100 + ["river"] * 50)
-    prompt = build_prompt_tokens(tokenizer, "synthetic_qa", context, "who founded x ?", 120)
+    prompt = build_prompt_tokens(tokenizer, "synthetic_qa", context, "what is the founder of city ?", 120)
     assert prompt.truncated and prompt.length == 120
     assert prompt.original_tokens > 200
     words = tokenizer.decode(prompt.context_ids).split()
     assert words[:3] == ["<s>", "read", "the"] and words[-2:] == ["question", ":"]
     assert words.count("city") < 100  # the middle went
-    assert tokenizer.decode(prompt.question_ids).startswith("who founded x ?")  # the question never does
-    untouched = build_prompt_tokens(tokenizer, "synthetic_qa", context, "who founded x ?", 10_000)
+    assert tokenizer.decode(prompt.question_ids).startswith("what is the founder of city ?")  # the question never does
+    untouched = build_prompt_tokens(tokenizer, "synthetic_qa", context, "what is the founder of city ?", 10_000)
     assert not untouched.truncated and untouched.length == untouched.original_tokens
 
 

@@ -104,7 +104,8 @@ def test_killed_generate_job_leaves_no_predictions_file(demo_run, tmp_path):
     output = tmp_path / "out" / "predictions.jsonl"
     log = tmp_path / "generate.log"
     params = {
-        "task": "synthetic_qa", "method": "snapkv", "retention": 0.5, "batch_size": 1, "question_mode": "question_aware",
+        "task": "synthetic_qa", "method": "snapkv", "retention": 0.5, "batch_size": 1, "decode_batch_size": 1,
+        "question_mode": "question_aware",
         "max_new_tokens": 8, "seed": 0, "method_kwargs": {},
         "model": {"path": str(demo_run / "results/models/demo-tiny-llama"), "dtype": "float32", "attn_implementation": "sdpa",
                   "trust_remote_code": False, "max_context_tokens": 2048, "device": "cpu"},

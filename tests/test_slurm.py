@@ -123,6 +123,7 @@ def write_small_demo(repo: Path) -> str:
     """The demo with two cells (one full cache, one evicting) and four examples: same rules, fewer jobs."""
     config = yaml.safe_load((repo / "config" / "demo.yaml").read_text())
     config["methods"] = ["full_cache", "snapkv"]
+    config.pop("batch_size_overrides", None)  # one generation job per method
     config["retentions"] = [0.5]
     config["datasets"]["synthetic"]["num_examples"] = 4
     config["generation"]["device"] = "auto"  # a GPU if the job has one: generation jobs go through GPU pinning

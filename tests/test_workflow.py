@@ -20,8 +20,8 @@ def test_demo_dry_run_plans_every_stage(workflow_copy):
     assert result.returncode == 0, result.stderr
     jobs = planned_jobs(result.stdout)
     assert PIPELINE_RULES | {"make_synthetic_dataset", "build_demo_model"} <= set(jobs)
-    # 1 full-cache cell + 8 presses x 3 retentions
-    assert jobs["generate"] == 25 and jobs["score"] == 25
+    # full cache at batch 1 and 4 + 8 presses x 3 retentions
+    assert jobs["generate"] == 26 and jobs["score"] == 26
 
 
 def test_real_study_dry_run_plans_full_study(workflow_copy):
@@ -29,7 +29,7 @@ def test_real_study_dry_run_plans_full_study(workflow_copy):
     assert result.returncode == 0, result.stderr
     jobs = planned_jobs(result.stdout)
     assert PIPELINE_RULES | {"download_dataset"} <= set(jobs)
-    assert jobs["generate"] == 25
+    assert jobs["generate"] == 26
     assert "build_demo_model" not in jobs  # the real study loads hub weights; it builds nothing
     assert "results/predictions/longbench/qasper/llama-3.1-8b-instruct/snapkv/question_aware/retention-0.10_batch-1_decode-1.jsonl" in result.stdout
 
@@ -74,7 +74,7 @@ def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow
 
 def test_demo_end_to_end_produces_table_and_figure(demo_run):
     summary = pd.read_csv(demo_run / "results/tables/summary.csv")
-    assert len(summary) == 25
+    assert len(summary) == 26
     assert (summary["n"] == 12).all() and not summary["incomplete"].any()
     assert summary["score"].between(0, 100).all()
     for figure in ("quality_vs_retention.png", "quality_vs_retention.svg"):
