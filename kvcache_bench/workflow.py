@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import sys
 
 
@@ -59,6 +60,11 @@ def job_from_argv(argv: list[str] | None = None) -> ScriptJob:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     return ScriptJob(_pairs(args.input), _pairs(args.output), json.loads(args.params), [args.log], args.threads)
+
+
+def export_package_path(checkout: str) -> None:
+    """Put the checkout first on PYTHONPATH for every job Snakemake starts (local, conda or cluster)."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)
 
 
 def params_of(job) -> dict:

@@ -21,9 +21,9 @@ rule check_config:
     input:
         methods="results/checks/methods.json",
     output:
-        ok="results/checks/" + CELL_PATTERN + ".ok",
+        ok=f"results/checks/{CELL_PATTERN}.ok",
     log:
-        "logs/check_config/" + CELL_PATTERN + ".log",
+        f"logs/check_config/{CELL_PATTERN}.log",
     params:
         dataset="{dataset}",
         task="{task}",

@@ -1,14 +1,15 @@
 # Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
 
-import json
-import os
 import re
 import sys
 
+sys.path.insert(0, workflow.basedir)
+
+from kvcache_bench.workflow import export_package_path
+
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
 # this file again), so the code that ran is the code the manifest's git commit names.
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (workflow.basedir, os.environ.get("PYTHONPATH")) if p)
-sys.path.insert(0, workflow.basedir)
+export_package_path(workflow.basedir)
 
 from kvcache_bench.checks import Cell, problems_with
 from kvcache_bench.methods import retentions_for
@@ -18,7 +19,7 @@ SEED = config["seed"]
 GENERATION = config.get("generation", {})
 QUESTION_MODES = config["question_modes"]
 SETTING_PATTERN = "retention-{retention}_batch-{batch_size}_decode-{decode_batch_size}"
-CELL_PATTERN = "{dataset}/{task}/{model}/{method}/{question_mode}/" + SETTING_PATTERN
+CELL_PATTERN = f"{{dataset}}/{{task}}/{{model}}/{{method}}/{{question_mode}}/{SETTING_PATTERN}"
 
 
 def _alternatives(names):
@@ -94,14 +95,14 @@ def study_cells():
 def refused_checks():
     """Check outputs of refused cells: requested by `all` so their check job fails loudly, naming them."""
     return [
-        "results/checks/" + CELL_PATTERN.format(**cell) + ".ok"
+        f"results/checks/{CELL_PATTERN.format(**cell)}.ok"
         for cell in requested_cells()
         if _is_refused(cell)
     ]
 
 
 def cell_path(stage, cell, suffix):
-    return f"results/{stage}/" + CELL_PATTERN.format(**cell) + suffix
+    return f"results/{stage}/{CELL_PATTERN.format(**cell)}{suffix}"
 
 
 def expected_examples(cell):

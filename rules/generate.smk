@@ -5,12 +5,12 @@ rule generate:
     input:
         unpack(built_model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
-        ok="results/checks/" + CELL_PATTERN + ".ok",
+        ok=f"results/checks/{CELL_PATTERN}.ok",
     output:
-        predictions="results/predictions/" + CELL_PATTERN + ".jsonl",
-        manifest="results/predictions/" + CELL_PATTERN + ".jsonl.manifest.json",
+        predictions=f"results/predictions/{CELL_PATTERN}.jsonl",
+        manifest=f"results/predictions/{CELL_PATTERN}.jsonl.manifest.json",
     log:
-        "logs/generate/" + CELL_PATTERN + ".log",
+        f"logs/generate/{CELL_PATTERN}.log",
     params:
         task="{task}",
         model=model_settings,

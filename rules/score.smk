@@ -3,12 +3,12 @@
 
 rule score:
     input:
-        predictions="results/predictions/" + CELL_PATTERN + ".jsonl",
+        predictions=f"results/predictions/{CELL_PATTERN}.jsonl",
     output:
-        scores="results/scores/" + CELL_PATTERN + ".jsonl",
-        manifest="results/scores/" + CELL_PATTERN + ".jsonl.manifest.json",
+        scores=f"results/scores/{CELL_PATTERN}.jsonl",
+        manifest=f"results/scores/{CELL_PATTERN}.jsonl.manifest.json",
     log:
-        "logs/score/" + CELL_PATTERN + ".log",
+        f"logs/score/{CELL_PATTERN}.log",
     params:
         task="{task}",
     conda:
