@@ -66,7 +66,7 @@ def test_context_part_and_question_part_make_the_whole_prompt(task):
 def test_chat_template_wraps_the_turn_and_the_split_is_exact(chat_tokenizer):
     prompt = build_prompt_tokens(chat_tokenizer, "synthetic_qa", "the city is old .", "what is the founder of city ?", 10_000)
     full = chat_tokenizer.apply_chat_template(
-        [{"role": "user", "content": PROMPTS["synthetic_qa"].format(context="the city is old .", input="who founded x ?")}],
+        [{"role": "user", "content": PROMPTS["synthetic_qa"].format(context="the city is old .", input="what is the founder of city ?")}],
         add_generation_prompt=True,
         tokenize=False,
     )
