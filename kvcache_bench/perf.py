@@ -93,18 +93,21 @@ class PowerSampler:
             self._sample()
 
     def __enter__(self):
+        # The thread starts (and, on exit, stops) outside the measured window: at milliseconds per run,
+        # thread start-up would otherwise count as energy the run did not use.
+        self._thread.start()
         self._energy_start = self._read_energy_mj() if self._read_energy_mj else None
         self._start = time.perf_counter()
         self._sample()
-        self._thread.start()
         return self
 
     def __exit__(self, *exc_info):
-        self._stop.set()
-        self._thread.join()
         self._sample()
         self._end = time.perf_counter()
         self._energy_end = self._read_energy_mj() if self._read_energy_mj else None
+        self._stop.set()
+        self._thread.join()
+        self._samples = [s for s in self._samples if s[0] <= self._end]  # the thread may sample once more
         return False
 
     def result(self) -> dict:
