@@ -23,7 +23,7 @@ TRACKED_PACKAGES = (
     "pandas",
     "numpy",
     "matplotlib",
-    "rouge-score",
+    "rouge",
     "fuzzywuzzy",
     "nvidia-ml-py",
 )

@@ -9,12 +9,11 @@ including their quirks, so a number here can be set beside a published one:
 * ``classification``: LongBench's class-name containment rule, quirks kept (see the function).
 * ``retrieval`` / ``count``: share of the numbers in the prediction that equal the answer.
 * ``code_sim``: fuzzywuzzy's ``fuzz.ratio`` against the first line that is not a comment or fence.
-* ``rouge``: ROUGE-L F1 from Google's ``rouge-score`` package. **Not byte-identical** to LongBench,
-  which uses the unmaintained ``rouge`` package: that one is case-sensitive, splits words on spaces
-  only (punctuation stays glued to words), scores a summary-level union LCS over '.'-separated
-  sentences counting distinct words, and weighs P and R with beta = P/R; ``rouge-score``'s ``rougeL``
-  lower-cases, keeps alphanumeric tokens, takes one LCS over the whole text and reports the harmonic
-  mean. Summarisation numbers are therefore comparable across our cells but not to LongBench's table.
+* ``rouge``: ROUGE-L F from the ``rouge`` package (PyPI ``rouge==1.0.1``), the one LongBench's
+  ``metrics.py`` calls (``Rouge().get_scores([prediction], [reference], avg=True)["rouge-l"]["f"]``):
+  case-sensitive, words split on spaces (punctuation stays on words), a summary-level union LCS over
+  '.'-separated sentences. Google's ``rouge-score`` gives other numbers (it lower-cases and tokenises),
+  so it is not used: summarisation scores here compare with LongBench's table.
 * ``string_match_all`` / ``string_match_part`` (RULER): case-insensitive substring containment; *all*
   averages over the references, *part* takes the best one.
 
@@ -114,19 +113,14 @@ def code_sim_score(prediction: str, reference: str, **_) -> float:
     return fuzz.ratio(first_code_line, reference) / 100
 
 
-_ROUGE_SCORER = None
-
-
 def rouge_l_score(prediction: str, reference: str, **_) -> float:
-    """ROUGE-L F1 (rouge-score, no stemming); an empty prediction or reference scores 0 as in LongBench."""
-    global _ROUGE_SCORER
-    if _ROUGE_SCORER is None:
-        from rouge_score import rouge_scorer
+    """LongBench's ROUGE-L F; where the ``rouge`` package refuses the input (an empty side), 0 as in LongBench."""
+    from rouge import Rouge
 
-        _ROUGE_SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=False)
-    if not prediction.strip() or not reference.strip():
+    try:
+        return Rouge().get_scores([prediction], [reference], avg=True)["rouge-l"]["f"]
+    except (ValueError, RecursionError):  # "Hypothesis is empty." / very long inputs: LongBench scores 0
         return 0.0
-    return _ROUGE_SCORER.score(reference, prediction)["rougeL"].fmeasure
 
 
 def contains_reference(prediction: str, reference: str, **_) -> float:

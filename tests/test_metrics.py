@@ -45,10 +45,12 @@ def test_an_example_scores_its_best_reference():
     assert score_example("qasper", "cat sat on mat", ["dog", "cat mat", "cat sat on"]) == pytest.approx(6 / 7)
 
 
-def test_rouge_l_is_lcs_f1_over_lowercased_alphanumeric_tokens():
-    # prediction 6 tokens, reference 4, LCS "the cat on mat" = 4: P 4/6, R 1 -> F1 0.8
-    assert rouge_l_score("the cat sat on the mat", "the cat on mat") == pytest.approx(0.8)
-    assert rouge_l_score("The CAT, sat.", "the cat sat") == pytest.approx(1.0)
+def test_rouge_l_is_longbenchs_case_sensitive_union_lcs():
+    # LongBench's rouge package: union LCS "the cat on mat" = 4 over the prediction's 5 distinct words and the
+    # reference's 4: P 4/5, R 1 -> F 8/9 (rouge-score would say 0.8)
+    assert rouge_l_score("the cat sat on the mat", "the cat on mat") == pytest.approx(8 / 9)
+    # case and punctuation count: only "sat" matches ("The" != "the", "CAT," != "cat"): P = R = 1/3
+    assert rouge_l_score("The CAT, sat.", "the cat sat") == pytest.approx(1 / 3)
     assert rouge_l_score("", "the cat sat") == 0.0  # LongBench returns 0 when rouge raises on empty input
     assert score_example("gov_report", "a b c d", ["a x c y"]) == pytest.approx(0.5)
 
