@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Generation, cache_lengths, greedy_decode
+from .engine import Generation, cache_lengths, greedy_decode, prefill
 from .prompts import PromptTokens
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
@@ -63,31 +63,6 @@ class DecodePath:
         }
 
 
-def _press_context(press, model):
-    return press(model) if press is not None else contextlib.nullcontext()
-
-
-def _forward_block(model, cache, token_ids: list[int], start_position: int, press=None) -> torch.Tensor:
-    """Run ``token_ids`` at positions start_position.. into ``cache``; the last position's logits."""
-    device = model.device
-    if press is None and len(token_ids) > 1 and len(set(cache_lengths(cache))) > 1:
-        # Layers of unequal length (PyramidKV) break the one causal mask a block of queries needs;
-        # one token at a time needs no mask and computes the same attention.
-        for offset, token in enumerate(token_ids):
-            logits = _forward_block(model, cache, [token], start_position + offset)
-        return logits
-    positions = torch.arange(start_position, start_position + len(token_ids), device=device).unsqueeze(0)
-    with _press_context(press, model):
-        outputs = model(
-            input_ids=torch.tensor([token_ids], device=device),
-            past_key_values=cache,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-    return outputs.logits[:, -1]
-
-
 def _stacking_obstacle(model, cache) -> str | None:
     from transformers import DynamicCache
 
@@ -112,10 +87,10 @@ def _prefill_alone(model, prompt: PromptTokens, press, question_aware: bool, mak
         pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
     else:
         pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
-    last_logits = _forward_block(model, cache, pressed_ids, 0, press)
+    last_logits = prefill(model, cache, pressed_ids, press)
     kept = sum(cache_lengths(cache)) / len(cache.layers)
     if trailing_ids:
-        last_logits = _forward_block(model, cache, trailing_ids, len(pressed_ids))
+        last_logits = prefill(model, cache, trailing_ids, None, len(pressed_ids))
     return cache, last_logits, kept, len(pressed_ids)
 
 
@@ -166,7 +141,7 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
 
     start = time.perf_counter()
     cache = DynamicCache()
-    context_logits = _forward_block(model, cache, context_ids, 0, press)
+    context_logits = prefill(model, cache, context_ids, press)
     compressed = cache_lengths(cache)
     kept = sum(compressed) / len(compressed)
     _synchronize(model.device)
@@ -176,7 +151,7 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
         started = time.perf_counter()
         for layer, length in zip(cache.layers, compressed):
             layer.crop(length)
-        logits = _forward_block(model, cache, question_ids, len(context_ids)) if question_ids else context_logits
+        logits = prefill(model, cache, question_ids, None, len(context_ids)) if question_ids else context_logits
         snapshot = prefilled_from_cache(model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids))
         _synchronize(model.device)
         snapshot.seconds = compress_seconds + time.perf_counter() - started
