@@ -6,10 +6,12 @@ cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.requirements.sha256
-want=$(cat requirements.txt requirements-dev.txt | sha256sum | cut -d' ' -f1)
+X
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "$(grep -E '^torch==' requirements.txt)"
   .venv/bin/python -m pip install -q -r requirements-dev.txt
+  # the package itself, editable, so `python scripts/<x>.py ...` works outside Snakemake too
+  .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
