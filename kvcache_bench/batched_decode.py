@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .engine import Generation, cache_lengths, greedy_decode, prefill
+from .engine import Generation, cache_lengths, greedy_decode, prefill, prefill_example
 from .prompts import PromptTokens
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
@@ -80,20 +80,6 @@ def _dynamic_cache():
     return DynamicCache()
 
 
-def _prefill_alone(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache):
-    """The batch-1 engine's prefill: (cache, last logits, kept tokens after compression, pressed tokens)."""
-    cache = make_cache()
-    if question_aware:
-        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
-    else:
-        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
-    last_logits = prefill(model, cache, pressed_ids, press)
-    kept = sum(cache_lengths(cache)) / len(cache.layers)
-    if trailing_ids:
-        last_logits = prefill(model, cache, trailing_ids, None, len(pressed_ids))
-    return cache, last_logits, kept, len(pressed_ids)
-
-
 def _synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -108,7 +94,7 @@ def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, mak
     cannot be stacked into a batch.
     """
     start = time.perf_counter()
-    cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware, make_cache)
+    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
     prefilled = prefilled_from_cache(model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed)
     _synchronize(model.device)
     prefilled.seconds = time.perf_counter() - start
@@ -380,7 +366,7 @@ def generate_prefill_one_decode_many(
     for index, prompt in enumerate(prompts):
         start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
-        cache, last_logits, kept, pressed = _prefill_alone(model, prompt, press, question_aware, make_cache)
+        cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
         obstacle = _stacking_obstacle(model, cache) if decode_batch_size > 1 else None
         if decode_batch_size == 1 or obstacle is not None:  # decoded alone, from the cache it already has
             if obstacle is not None:

@@ -198,6 +198,25 @@ class CacheCheckpoint:
 
 
 @torch.inference_mode()
+def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_default_cache):
+    """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
+
+    Question-aware, the press sees context + question; question-agnostic, it sees the context and the
+    question is appended afterwards, uncompressed, at its original positions.
+    """
+    cache = make_cache()
+    if question_aware:
+        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
+    else:
+        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
+    last_logits = prefill(model, cache, pressed_ids, press)
+    kept = mean_cache_length(cache)
+    if trailing_ids:
+        last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
+    return cache, last_logits, kept, len(pressed_ids)
+
+
+@torch.inference_mode()
 def generate_one(
     model,
     prompt: PromptTokens,
@@ -211,18 +230,10 @@ def generate_one(
 ) -> Generation:
     """Batch-1 greedy generation for one example, compressing the prompt with ``press``."""
     start = time.perf_counter()
-    cache = make_cache()
-    if question_aware:
-        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
-    else:
-        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
-    last_logits = prefill(model, cache, pressed_ids, press)
-    kept = mean_cache_length(cache)
-    if trailing_ids:
-        last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
+    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
     generated = greedy_decode(model, cache, last_logits, prompt.length, max_new_tokens, stop_ids, min_new_tokens)
     _synchronize(model.device)
-    return Generation(generated, prompt.length, kept, time.perf_counter() - start, len(pressed_ids))
+    return Generation(generated, prompt.length, kept, time.perf_counter() - start, pressed)
 
 
 @torch.inference_mode()
