@@ -89,8 +89,9 @@ def _synchronize(device: torch.device) -> None:
 def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache) -> PrefilledPrompt:
     """Prefill (and compress) one example alone: no other example's tokens reach the press.
 
-    question_aware: context + question pressed together. question_agnostic: the context is pressed, then
-    the question is appended uncompressed at its original positions. Raises ValueError for a cache that
+    question_aware: context + question pressed together but the last token (engine.prefill_example).
+    question_agnostic: the context is pressed, then the question is appended uncompressed at its original
+    positions. Raises ValueError for a cache that
     cannot be stacked into a batch.
     """
     start = time.perf_counter()

@@ -88,7 +88,7 @@ class Generation:
     prompt_tokens: int
     kept_tokens: float  # mean over layers of positions left in the cache after compression
     seconds: float
-    pressed_tokens: int = 0  # how many tokens the press saw (context, or context + question)
+    pressed_tokens: int = 0  # how many tokens the press saw (context, or context + question but its last token)
     shared_context_questions: int = 1  # questions answered from this one compressed context
 
 
@@ -201,12 +201,16 @@ class CacheCheckpoint:
 def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_default_cache):
     """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
 
-    Question-aware, the press sees context + question; question-agnostic, it sees the context and the
-    question is appended afterwards, uncompressed, at its original positions.
+    Question-aware, the press sees context + question but the prompt's last token; question-agnostic, it
+    sees the context. What the press did not see runs afterwards on the compressed cache, at its original
+    positions. Holding back that last token matters: the logits of a pass under the press come from full
+    attention, so taking the first answer token from them would answer from the uncompressed prompt
+    (kvpress's pipeline likewise runs the question's suffix after compressing).
     """
     cache = make_cache()
     if question_aware:
-        pressed_ids, trailing_ids = prompt.context_ids + prompt.question_ids, []
+        prompt_ids = prompt.context_ids + prompt.question_ids
+        pressed_ids, trailing_ids = prompt_ids[:-1], prompt_ids[-1:]
     else:
         pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
     last_logits = prefill(model, cache, pressed_ids, press)
@@ -286,11 +290,12 @@ def generate_padded_batch(
     *,
     make_cache: Callable[[], object] = _default_cache,
 ) -> list[Generation]:
-    """Left-padded batched prefill + decode (what a batching harness does).
+    """Left-padded batched generation the way a batching harness does it: ``model.generate`` under the press.
 
     Correct for the full cache. With an evicting ``press`` this reproduces the padding collapse: the
-    press ranks pad positions alongside real ones and the mask no longer lines up with the cache. It is
-    kept only so the regression test can show that; ``checks.py`` refuses such targets.
+    press ranks pad positions alongside real ones, and ``generate`` keeps masking the first columns of
+    the (now compressed) cache as if they were still the pads. It is kept only so tests and the canary's
+    report card can show that; ``checks.py`` refuses such targets.
     """
     device = model.device
     start = time.perf_counter()
@@ -301,37 +306,25 @@ def generate_padded_batch(
     for row, ids in enumerate(full):
         input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
         mask[row, width - len(ids) :] = 1
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     cache = make_cache()
     with _press_context(press, model):
-        outputs = model(input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
-    kept_per_layer = cache_lengths(cache)
-    if press is not None and kept_per_layer[0] != width:
-        # The cache shrank under the mask: a naive harness keeps a mask of ones over what survived.
-        mask = torch.ones((len(full), kept_per_layer[0]), dtype=torch.long, device=device)
-    next_positions = torch.tensor([len(ids) for ids in full], device=device)
-    next_token = outputs.logits[:, -1].argmax(dim=-1)
-    generated = [[int(t)] for t in next_token]
-    finished = torch.tensor([g[0] in stop_ids for g in generated], device=device)
-    for step in range(1, max_new_tokens):
-        if bool(finished.all()):
-            break
-        mask = torch.cat([mask, torch.ones((len(full), 1), dtype=mask.dtype, device=device)], dim=-1)
-        outputs = model(
-            input_ids=next_token.view(-1, 1),
+        output = model.generate(
+            input_ids=input_ids,
             attention_mask=mask,
-            position_ids=(next_positions + step - 1).view(-1, 1),
             past_key_values=cache,
-            use_cache=True,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad_token_id,
+            eos_token_id=sorted(stop_ids) or None,
         )
-        next_token = outputs.logits[:, -1].argmax(dim=-1)
-        for row, token in enumerate(next_token.tolist()):
-            if not bool(finished[row]):
-                generated[row].append(token)
-                finished[row] = token in stop_ids
+    new_tokens = output[:, width:].tolist()
+    kept = mean_cache_length(cache) - (len(new_tokens[0]) - 1)  # each token but the last went into the cache
+    generations = []
     seconds = (time.perf_counter() - start) / len(full)
-    kept = sum(kept_per_layer) / len(kept_per_layer)
-    return [Generation(g, len(ids), min(kept, len(ids)), seconds, len(ids)) for g, ids in zip(generated, full)]
+    for ids, tokens in zip(full, new_tokens):
+        stop_at = next((i for i, token in enumerate(tokens) if token in stop_ids), len(tokens) - 1)
+        generations.append(Generation(tokens[: stop_at + 1], len(ids), min(kept, len(ids)), seconds, len(ids)))
+    return generations
 
 
 def decode_answer(tokenizer, token_ids: list[int], stop_ids: set[int]) -> str:

@@ -1,8 +1,8 @@
 """Task prompts at parity with LongBench (and RULER), and turning an example into context and question token ids.
 
 The prompt is split in two: the *context part* (everything up to where the question appears) and the
-*question part*. In question-aware mode the press sees both; in question-agnostic mode it compresses
-the context part alone and the question part is appended afterwards.
+*question part*. In question-aware mode the press sees both (but the prompt's last token); in
+question-agnostic mode it compresses the context part alone and the question part is appended afterwards.
 """
 
 from __future__ import annotations

@@ -51,13 +51,24 @@ def test_tokens_after_eviction_continue_at_the_original_prompt_length(model, con
     press = build_press("knorm", 0.5)
     with PositionRecorder(model) as recorder:
         generation = generate_one(model, prompt, press, question_aware, 5, set())
-    pressed = prompt.length if question_aware else len(context)
+    pressed = prompt.length - 1 if question_aware else len(context)
     assert generation.kept_tokens == pressed // 2  # half the pressed tokens really were dropped
-    expected = [list(range(pressed))]
-    if not question_aware:
-        expected.append(list(range(len(context), prompt.length)))
+    # What the press did not see (the last prompt token, or the question) runs on the compressed cache
+    # at its original positions, so even the first answer token reads only what the press kept.
+    expected = [list(range(pressed)), list(range(pressed, prompt.length))]
     expected += [[prompt.length + step] for step in range(4)]
     assert recorder.calls == expected
+
+
+def test_the_first_answer_token_reads_the_compressed_cache(model, context, questions):
+    """A pass under the press attends the whole prompt, so its logits must not choose the first answer token."""
+    from kvcache_bench.engine import prefill_example
+
+    prompt = PromptTokens(context, questions[0], False, 129)
+    _, full_logits, _, _ = prefill_example(model, prompt, None, question_aware=True)
+    _, pressed_logits, kept, pressed = prefill_example(model, prompt, build_press("streaming_llm", 0.1), question_aware=True)
+    assert pressed == prompt.length - 1 and kept < prompt.length / 5
+    assert not torch.allclose(full_logits, pressed_logits, atol=1e-4)
 
 
 def test_shared_context_answers_continue_at_each_prompts_length(model, context, questions):

@@ -72,7 +72,8 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
     records_path = workdir / "results/perf/synthetic/synthetic_qa/demo-tiny-llama/knorm/context-64/retention-0.50_batch-1.jsonl"
     records = [json.loads(line) for line in records_path.read_text().splitlines()]
     assert len(records) == 2 and {r["generated_tokens"] for r in records} == {4}
-    assert {r["kept_tokens"] for r in records} == {32.0} and {r["context_source"] for r in records} == {"dataset"}
+    # Knorm keeps half of the 63 tokens it sees; the context's 64th runs on the compressed cache, as in the engine.
+    assert {r["kept_tokens"] for r in records} == {31.0} and {r["context_source"] for r in records} == {"dataset"}
     manifest = json.loads(Path(f"{records_path}.manifest.json").read_text())
     assert 0 <= manifest["job"]["harness_overhead_fraction"] < 1
 
