@@ -3,7 +3,7 @@
 A held-out synthetic set (a seed training never uses) goes through ``engine.run_cell`` for batch-1 cells
 and through ``engine.generate_padded_batch`` for the padding-unaware batched harness that ``checks.py``
 refuses, so the published padding collapse can be reproduced offline. tests/test_canary.py asserts the
-targets on these numbers; tools/gpu/train_canary.sh prints them right after training.
+targets on these numbers; tools/gpu/train_canary_sweep.sh prints them right after training.
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ REPORT_SETTINGS = (
     Setting("full_cache"),
     Setting("snapkv", 0.5),
     Setting("snapkv", 0.5, "question_agnostic"),
+    Setting("snapkv", 0.25),
+    Setting("snapkv", 0.25, "question_agnostic"),
     Setting("streaming_llm", 0.5),
     Setting("random", 0.5),
     Setting("snapkv", 0.5, batch_size=4),
@@ -46,8 +48,10 @@ def has_weights(model_dir: str | Path = CANARY_DIR) -> bool:
     return (Path(model_dir) / "model.safetensors").is_file() and (Path(model_dir) / "config.json").is_file()
 
 
-def held_out_rows(n_documents: int = 10, questions_per_document: int = 4, min_words: int = 256, max_words: int = 2048) -> list[dict]:
-    """Documents of 256-2,048 tokens, six facts each, four questions per document, in a mixed order.
+def held_out_rows(
+    n_documents: int = 16, questions_per_document: int = 4, min_words: int = 256, max_words: int = 2048, facts_per_document: int = 6
+) -> list[dict]:
+    """Documents of 256-2,048 tokens, six facts each among filler, four questions per document, mixed.
 
     Mixing matters for the batched harness: consecutive rows share a document (and its length), and a
     batch of equal lengths has no padding to go wrong.
@@ -59,7 +63,7 @@ def held_out_rows(n_documents: int = 10, questions_per_document: int = 4, min_wo
         seed=HELD_OUT_SEED,
         min_words=min_words,
         max_words=max_words,
-        facts_per_document=6,
+        facts_per_document=facts_per_document,
         questions_per_document=questions_per_document,
         task=TASK,
     )
@@ -135,7 +139,7 @@ if __name__ == "__main__":
 
     parser = argparse.ArgumentParser(description="Score a canary model directory on the held-out synthetic set")
     parser.add_argument("model_dir", nargs="?", default=str(CANARY_DIR))
-    parser.add_argument("--documents", type=int, default=10)
+    parser.add_argument("--documents", type=int, default=16)
     parser.add_argument("--device", default="cpu", help="the tests score on cpu; cuda is quicker on a GPU machine")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)

@@ -11,9 +11,17 @@ Token ids come from the word-level vocabulary directly (each word is one token),
 tokenizer produces for these texts (tests/test_synthetic_data.py checks that), and is fast enough to feed
 a GPU from a few CPU workers.
 
-Recipe (what worked on one H200): fp32 weights with TF32 matmuls (bf16 autocast at lr 1e-3 diverged to NaN),
-AdamW lr 5e-4, betas (0.9, 0.98), weight decay 0.01, 100-step linear warm-up then cosine decay, 64 sequences
-a step, a length curriculum from 64 tokens to the longest sequence over the first 60% of the steps.
+Recipe: AdamW lr 5e-4, betas (0.9, 0.98), weight decay 0.01, 64 sequences a step; fp32 weights with TF32
+matmuls (bf16 autocast at lr 1e-3 diverged to NaN in an earlier experiment).
+
+- The length curriculum is gated by what the model can do, not by the step count: sequences stay at a
+  stage's length until the answer-token accuracy there reaches ``curriculum_gate_accuracy``. A fixed ramp
+  (64 -> 2,304 tokens over 60% of the steps) reached long documents before the model had learned to look
+  anything up, and stalled at loss 3.25.
+- The learning rate warms up, holds, and decays linearly over the last ``decay_fraction`` of the run
+  (warm-up/stable/decay). Under a time budget the decay starts when that fraction of the budget is left,
+  so a run cut to fit a GPU lease still ends annealed; ``init_from`` continues from an earlier run's
+  weights, so training can span several leases.
 
     python -m kvcache_bench.train --config config/canary-train.yaml --out results/models/canary
 """
@@ -60,7 +68,7 @@ class ModelShape:
 @dataclass
 class TrainSettings:
     seed: int = 20261130
-    steps: int = 9000
+    steps: int = 30000  # the most steps; a time budget usually ends the run first
     warmup_steps: int = 100
     learning_rate: float = 5e-4
     betas: tuple[float, float] = (0.9, 0.98)
@@ -69,9 +77,12 @@ class TrainSettings:
     sequences_per_step: int = 64
     tokens_per_step: int = 65536  # long sequences come fewer to a step, so a step's cost stays bounded
     min_sequence_tokens: int = 64
-    max_sequence_tokens: int = 2304  # a 2,048-word document, its prompt and four questions
-    curriculum_fraction: float = 0.6
-    short_batch_fraction: float = 0.2  # batches whose length is drawn below the curriculum's
+    curriculum_lengths: tuple[int, ...] = (128, 256, 512, 1024, 1536, 2304)  # 2,304: a 2,048-word document, its prompt and questions
+    curriculum_gate_accuracy: float = 0.9  # answer-token accuracy at a stage's length that opens the next stage
+    curriculum_window: int = 100  # steps at the stage's length that the gate averages over
+    short_batch_fraction: float = 0.2  # batches whose length is drawn below the stage's, so short documents stay in practice
+    decay_fraction: float = 0.2
+    bf16_autocast: bool = False
     questions_per_sequence: int = 4
     min_facts: int = 4
     max_facts: int = 8
@@ -90,9 +101,20 @@ class TrainSettings:
         values = dict(values)
         if "model" in values:
             values["model"] = ModelShape(**values["model"])
-        if "betas" in values:
-            values["betas"] = tuple(values["betas"])
-        return cls(**values)
+        for name in ("betas", "curriculum_lengths"):
+            if name in values:
+                values[name] = tuple(values[name])
+        for name in ("learning_rate", "weight_decay", "grad_clip", "curriculum_gate_accuracy", "short_batch_fraction", "decay_fraction"):
+            if name in values:
+                values[name] = float(values[name])  # YAML reads 5e-4 (no dot) as a string
+        settings = cls(**values)
+        if list(settings.curriculum_lengths) != sorted(set(settings.curriculum_lengths)) or settings.curriculum_lengths[0] < settings.min_sequence_tokens:
+            raise ValueError(f"curriculum_lengths must rise and start at >= min_sequence_tokens, got {settings.curriculum_lengths}")
+        return settings
+
+    @property
+    def max_sequence_tokens(self) -> int:
+        return self.curriculum_lengths[-1]
 
 
 # ----------------------------------------------------------------------------------------------- data
@@ -116,7 +138,8 @@ def training_sequence(rng: random.Random, vocab: Vocabulary, max_tokens: int, se
     budget = max_tokens - head
     n_questions = max(1, min(settings.questions_per_sequence, budget // 40))
     max_words = budget - n_questions * per_question
-    n_facts = min(rng.randint(max(n_questions, settings.min_facts), settings.max_facts), max(n_questions, max_words // 12))
+    most_facts = max(n_questions, min(settings.max_facts, max_words // 12))  # sparse and dense documents alike
+    n_facts = rng.randint(min(max(n_questions, settings.min_facts), most_facts), most_facts)
     shortest = n_facts * (6 + MAX_ANSWER_WORDS) + 2
     n_words = rng.randint(max(max_words // 2, shortest), max(max_words, shortest))
     context, facts = make_synthetic_document(rng, n_words, n_facts)
@@ -148,24 +171,16 @@ def _between_context_and_question() -> str:
     return PROMPTS[TASK].split("{context}", 1)[1].split("{input}", 1)[0]
 
 
-def sequence_length_at(step: int, settings: TrainSettings) -> int:
-    """The curriculum: the longest sequence allowed at ``step``."""
-    ramp = max(1, int(settings.steps * settings.curriculum_fraction))
-    fraction = min(1.0, step / ramp)
-    low, high = settings.min_sequence_tokens, settings.max_sequence_tokens
-    return int(round(low + (high - low) * fraction))
-
-
 def sequences_at(length: int, settings: TrainSettings) -> int:
     return max(1, min(settings.sequences_per_step, settings.tokens_per_step // length))
 
 
-def training_batch(step: int, vocab: Vocabulary, settings: TrainSettings) -> dict[str, torch.Tensor]:
-    """The batch of ``step``: a function of (seed, step) alone, so any worker can build any step."""
+def training_batch(step: int, stage_length: int, vocab: Vocabulary, settings: TrainSettings) -> dict[str, torch.Tensor]:
+    """The batch of ``step`` at a curriculum stage: a function of (seed, step, stage length) alone."""
     rng = random.Random(settings.seed * 1_000_003 + step)
-    length = sequence_length_at(step, settings)
-    if rng.random() < settings.short_batch_fraction:  # keep short documents in practice once the curriculum is past them
-        length = rng.randint(settings.min_sequence_tokens, length)
+    length = stage_length
+    if rng.random() < settings.short_batch_fraction:
+        length = rng.randint(settings.min_sequence_tokens, stage_length)
     sequences = [training_sequence(rng, vocab, length, settings) for _ in range(sequences_at(length, settings))]
     width = max(len(ids) for ids, _ in sequences)
     input_ids = torch.full((len(sequences), width), vocab.pad, dtype=torch.long)
@@ -173,20 +188,55 @@ def training_batch(step: int, vocab: Vocabulary, settings: TrainSettings) -> dic
     for row, (ids, targets) in enumerate(sequences):  # right padding: causal attention never sees it
         input_ids[row, : len(ids)] = torch.tensor(ids)
         labels[row, : len(targets)] = torch.tensor(targets)
-    return {"step": step, "input_ids": input_ids, "labels": labels}
+    return {"step": step, "stage_length": stage_length, "at_stage_length": length == stage_length, "input_ids": input_ids, "labels": labels}
+
+
+class Curriculum:
+    """Which stage of ``curriculum_lengths`` training is at; the next opens once the gate accuracy is met.
+
+    The stage lives in shared memory so DataLoader workers build batches at the current length; batches
+    already prefetched at the old length are simply used (each batch says its stage).
+    """
+
+    def __init__(self, settings: TrainSettings, stage: int = 0):
+        import multiprocessing
+
+        self.settings = settings
+        self._stage = multiprocessing.get_context("fork").Value("i", stage, lock=False)
+        self._accuracies: list[float] = []
+
+    @property
+    def stage(self) -> int:
+        return self._stage.value
+
+    @property
+    def length(self) -> int:
+        return self.settings.curriculum_lengths[self.stage]
+
+    def observe(self, stage_length: int, at_stage_length: bool, accuracy: float) -> bool:
+        """Count one step's answer accuracy; True when this opened the next stage."""
+        if stage_length != self.length or not at_stage_length or self.stage == len(self.settings.curriculum_lengths) - 1:
+            return False
+        self._accuracies.append(accuracy)
+        window = self._accuracies[-self.settings.curriculum_window :]
+        if len(window) < self.settings.curriculum_window or sum(window) / len(window) < self.settings.curriculum_gate_accuracy:
+            return False
+        self._stage.value += 1
+        self._accuracies = []
+        return True
 
 
 class StepBatches(torch.utils.data.IterableDataset):
-    """Batches for steps [first, last), shared round-robin among DataLoader workers (order is kept)."""
+    """Batches for steps [first, last) at the curriculum's current length, round-robin among workers."""
 
-    def __init__(self, first: int, last: int, vocab: Vocabulary, settings: TrainSettings):
-        self.first, self.last, self.vocab, self.settings = first, last, vocab, settings
+    def __init__(self, first: int, last: int, curriculum: Curriculum, vocab: Vocabulary, settings: TrainSettings):
+        self.first, self.last, self.curriculum, self.vocab, self.settings = first, last, curriculum, vocab, settings
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info else (0, 1)
         for step in range(self.first + worker, self.last, workers):
-            yield training_batch(step, self.vocab, self.settings)
+            yield training_batch(step, self.curriculum.length, self.vocab, self.settings)
 
 
 # ---------------------------------------------------------------------------------------------- model
@@ -213,11 +263,27 @@ def build_canary_model(settings: TrainSettings, tokenizer):
     return LlamaForCausalLM(config)
 
 
-def learning_rate_at(step: int, settings: TrainSettings, total_steps: int) -> float:
-    if step < settings.warmup_steps:
-        return settings.learning_rate * (step + 1) / settings.warmup_steps
-    progress = (step - settings.warmup_steps) / max(1, total_steps - settings.warmup_steps)
-    return settings.learning_rate * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+@dataclass
+class Schedule:
+    """Linear warm-up from ``first_step``, hold, then linear decay to zero over [decay_start, decay_end)."""
+
+    first_step: int
+    warmup_steps: int
+    learning_rate: float
+    decay_start: int
+    decay_end: int
+
+    @classmethod
+    def for_steps(cls, settings: TrainSettings, first_step: int = 0) -> "Schedule":
+        decay_start = first_step + int((settings.steps - first_step) * (1 - settings.decay_fraction))
+        return cls(first_step, settings.warmup_steps, settings.learning_rate, decay_start, settings.steps)
+
+    def at(self, step: int) -> float:
+        if step < self.first_step + self.warmup_steps:
+            return self.learning_rate * (step - self.first_step + 1) / self.warmup_steps
+        if step < self.decay_start:
+            return self.learning_rate
+        return self.learning_rate * max(0.0, (self.decay_end - step) / max(1, self.decay_end - self.decay_start))
 
 
 def answer_loss(model, input_ids: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -249,74 +315,27 @@ def _write_log(out_dir: Path, record: dict) -> None:
     os.replace(tmp, out_dir / "training_log.json")
 
 
-def _time_step(model, batch, device) -> float:
-    input_ids, labels = batch["input_ids"].to(device), batch["labels"].to(device)
-    loss, _ = answer_loss(model, input_ids, labels)
-    loss.backward()
-    model.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    for _ in range(2):
-        loss, _ = answer_loss(model, input_ids, labels)
-        loss.backward()
-        model.zero_grad(set_to_none=True)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - start) / 2 * 1.15  # the optimizer step and the data wait on top
+def _previous_run(init_from: str | Path) -> dict:
+    """What an earlier run left: its log (steps done, curriculum stage) and its weights' checksum."""
+    from .data import sha256_of
+
+    source = Path(init_from)
+    logged = json.loads((source / "training_log.json").read_text())
+    return {
+        "path": str(source),
+        "steps_done": logged["steps_done"],
+        "curriculum_stage": logged["curriculum_stage"],
+        "weights_sha256": sha256_of(source / "model.safetensors"),
+    }
 
 
-def steps_within(budget_s: float, model, vocab: Vocabulary, settings: TrainSettings, device, started: float) -> tuple[int, dict]:
-    """The most steps (up to settings.steps) whose estimated time fits what is left of ``budget_s``.
-
-    Step time is measured at a few curriculum lengths and interpolated; the curriculum is stretched over
-    the chosen step count, so shorter runs still reach the longest sequences.
-    """
-    probe_lengths = sorted({settings.min_sequence_tokens, (settings.min_sequence_tokens + settings.max_sequence_tokens) // 2, settings.max_sequence_tokens})
-    measured = {}
-    for length in probe_lengths:
-        probe = dataclass_replace(settings, steps=1, min_sequence_tokens=length, max_sequence_tokens=length)
-        measured[length] = _time_step(model, training_batch(0, vocab, probe), device)
-    budget_s -= time.perf_counter() - started + 5.0  # what set-up and measuring took, and starting the workers
-
-    def estimate(total: int) -> float:
-        trial = dataclass_replace(settings, steps=total)
-        seconds = 0.0
-        for step in range(total):
-            length = sequence_length_at(step, trial)
-            seconds += _interpolate(measured, length)
-        return seconds
-
-    low, high = 1, settings.steps
-    if estimate(high) <= budget_s:
-        return high, measured
-    while low < high:
-        middle = (low + high + 1) // 2
-        low, high = (middle, high) if estimate(middle) <= budget_s else (low, middle - 1)
-    return low, measured
-
-
-def _interpolate(points: dict[int, float], x: int) -> float:
-    keys = sorted(points)
-    if x <= keys[0]:
-        return points[keys[0]]
-    for left, right in zip(keys, keys[1:]):
-        if x <= right:
-            return points[left] + (points[right] - points[left]) * (x - left) / (right - left)
-    return points[keys[-1]]
-
-
-def dataclass_replace(settings: TrainSettings, **changes) -> TrainSettings:
-    import dataclasses
-
-    return dataclasses.replace(settings, **changes)
-
-
-def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: float | None = None) -> dict:
+def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: float | None = None, init_from: str | Path | None = None) -> dict:
     """Train the canary into ``out_dir`` (config, tokenizer, model.safetensors, training_log.json).
 
-    With ``time_budget_s`` the step count is cut to what fits (measured first, logged), and training stops
-    and saves if it still runs past 105% of the budget; the log says which happened.
+    ``time_budget_s`` bounds the run: the learning rate starts its decay when ``decay_fraction`` of the
+    budget is left, over the steps that the recent step time says still fit, and a run past 105% of the
+    budget stops and saves. ``init_from`` (an earlier run's output directory) continues from its weights,
+    step count and curriculum stage, with a fresh optimizer and a new warm-up.
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -329,26 +348,30 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
 
     tokenizer = canary_tokenizer()
     vocab = Vocabulary(tokenizer)
-    model = build_canary_model(settings, tokenizer).to(device)
-    calibration = None
-    if time_budget_s:
-        steps, measured = steps_within(time_budget_s, model, vocab, settings, device, started)
-        calibration = {"budget_s": time_budget_s, "configured_steps": settings.steps, "chosen_steps": steps, "step_seconds_by_length": measured}
-        log.info("time budget %.0f s: %d of %d steps fit (step seconds by length: %s)", time_budget_s, steps, settings.steps, measured)
-        settings = dataclass_replace(settings, steps=steps)
-        model = build_canary_model(settings, tokenizer).to(device)  # the probes touched nothing, but start clean
-    model.train()
+    model = build_canary_model(settings, tokenizer)
+    previous = None
+    if init_from is not None:
+        from safetensors.torch import load_file
+
+        previous = _previous_run(init_from)
+        model.load_state_dict(load_file(Path(init_from) / "model.safetensors"), strict=False)  # tied lm_head is not stored
+    model = model.to(device).train()
+    first_step = previous["steps_done"] if previous else 0
+    if first_step >= settings.steps:
+        raise ValueError(f"{init_from} already ran {first_step} steps; settings.steps is {settings.steps}")
+    curriculum = Curriculum(settings, previous["curriculum_stage"] if previous else 0)
+    schedule = Schedule.for_steps(settings, first_step)
     tokenizer.save_pretrained(out)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=settings.betas, weight_decay=settings.weight_decay)
     loader = torch.utils.data.DataLoader(
-        StepBatches(0, settings.steps, vocab, settings),
+        StepBatches(first_step, settings.steps, curriculum, vocab, settings),
         batch_size=None,
         num_workers=settings.num_workers,
         pin_memory=device.type == "cuda",
-        prefetch_factor=4 if settings.num_workers else None,
+        prefetch_factor=2 if settings.num_workers else None,
     )
     n_parameters = sum(p.numel() for p in model.parameters())
     record = {
@@ -356,62 +379,92 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         "parameters": n_parameters,
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "calibration": calibration,
+        "time_budget_s": time_budget_s,
+        "init_from": previous,
+        "first_step": first_step,
         "history": [],
-        "steps_done": 0,
+        "curriculum_stages": [],
+        "curriculum_stage": curriculum.stage,
+        "schedule": asdict(schedule),
+        "steps_done": first_step,
         "finished": False,
         "stopped_by_time_limit": False,
     }
-    log.info("canary: %d parameters, %d steps on %s", n_parameters, settings.steps, record["device"])
-    window_loss, window_accuracy, window_count, window_start = 0.0, 0.0, 0, time.perf_counter()
-    step = -1
+    log.info("canary: %d parameters, steps %d.. on %s, curriculum at %d tokens", n_parameters, first_step, record["device"], curriculum.length)
+
+    def save(done: int) -> None:
+        record["steps_done"], record["curriculum_stage"], record["schedule"] = done, curriculum.stage, asdict(schedule)
+        record["seconds"] = round(time.perf_counter() - started, 1)
+        _save_weights(model, out)
+        _write_log(out, record)
+
+    window = {"loss": 0.0, "accuracy": 0.0, "count": 0, "start": time.perf_counter()}
+    recent_step_s = None
+    done = first_step
     for batch in loader:
         step = batch["step"]
+        learning_rate = schedule.at(step)
         for group in optimizer.param_groups:
-            group["lr"] = learning_rate_at(step, settings, settings.steps)
+            group["lr"] = learning_rate
         input_ids = batch["input_ids"].to(device, non_blocking=True)
         labels = batch["labels"].to(device, non_blocking=True)
-        loss, accuracy = answer_loss(model, input_ids, labels)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=settings.bf16_autocast):
+            loss, accuracy = answer_loss(model, input_ids, labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
         optimizer.step()
-        window_loss += loss.detach()
-        window_accuracy += accuracy.detach()
-        window_count += 1
         done = step + 1
+        window["loss"] += loss.detach()
+        window["accuracy"] += accuracy.detach()
+        window["count"] += 1
+        # The gate needs this step's accuracy on the host: a sync per step, cheap next to the step itself.
+        if curriculum.observe(batch["stage_length"], batch["at_stage_length"], float(accuracy)):
+            record["curriculum_stages"].append({"step": done, "length": curriculum.length, "elapsed_s": round(time.perf_counter() - started, 1)})
+            log.info("step %d: curriculum opens %d-token sequences", done, curriculum.length)
         if done % settings.log_every == 0 or done == settings.steps:
-            mean_loss = float(window_loss) / window_count
+            mean_loss = float(window["loss"]) / window["count"]
             if not math.isfinite(mean_loss):
+                save(done)
                 raise FloatingPointError(f"loss became {mean_loss} by step {done}")
+            recent_step_s = (time.perf_counter() - window["start"]) / window["count"]
             entry = {
                 "step": done,
                 "loss": round(mean_loss, 4),
-                "answer_accuracy": round(float(window_accuracy) / window_count, 4),
-                "lr": learning_rate_at(step, settings, settings.steps),
+                "answer_accuracy": round(float(window["accuracy"]) / window["count"], 4),
+                "lr": learning_rate,
+                "curriculum_tokens": curriculum.length,
                 "sequence_tokens": int(input_ids.shape[1]),
                 "sequences": int(input_ids.shape[0]),
-                "ms_per_step": round(1000 * (time.perf_counter() - window_start) / window_count, 1),
+                "ms_per_step": round(1000 * recent_step_s, 1),
                 "elapsed_s": round(time.perf_counter() - started, 1),
             }
             record["history"].append(entry)
             print(json.dumps(entry), flush=True)
-            window_loss, window_accuracy, window_count, window_start = 0.0, 0.0, 0, time.perf_counter()
-        over_time = time_budget_s is not None and time.perf_counter() - started > 1.05 * time_budget_s
-        if done % settings.checkpoint_every == 0 or done == settings.steps or over_time:
-            record["steps_done"] = done
-            _save_weights(model, out)
-            _write_log(out, record)
+            window = {"loss": 0.0, "accuracy": 0.0, "count": 0, "start": time.perf_counter()}
+        elapsed = time.perf_counter() - started
+        if time_budget_s and recent_step_s and schedule.decay_start > done and elapsed >= (1 - settings.decay_fraction) * time_budget_s:
+            steps_left = int((time_budget_s - elapsed) / recent_step_s)
+            schedule.decay_start, schedule.decay_end = done, min(settings.steps, done + max(1, steps_left))
+            log.info("step %d: %.0f s of the budget left, decaying over %d steps", done, time_budget_s - elapsed, steps_left)
+        over_time = time_budget_s is not None and elapsed > 1.05 * time_budget_s
+        if done % settings.checkpoint_every == 0 or over_time:
+            save(done)
         if over_time:
             record["stopped_by_time_limit"] = True
             log.warning("stopped at step %d: past 105%% of the %.0f s budget", done, time_budget_s)
             break
-    record["steps_done"] = step + 1
-    record["finished"] = step + 1 == settings.steps
-    record["seconds"] = round(time.perf_counter() - started, 1)
-    _save_weights(model, out)
-    _write_log(out, record)
+        if done >= schedule.decay_end:
+            break
+    record["finished"] = done >= schedule.decay_end
+    save(done)
     return record
+
+
+def dataclass_replace(settings: TrainSettings, **changes) -> TrainSettings:
+    import dataclasses
+
+    return dataclasses.replace(settings, **changes)
 
 
 def load_settings(path: str | Path) -> TrainSettings:
@@ -425,16 +478,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default="config/canary-train.yaml")
     parser.add_argument("--out", required=True, help="directory for config, tokenizer, weights, training_log.json")
     parser.add_argument("--steps", type=int, help="override the config's step count")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one setting (VALUE is YAML), e.g. --set learning_rate=1e-3")
     parser.add_argument("--num-workers", type=int, help="override the config's DataLoader workers")
-    parser.add_argument("--time-budget-s", type=float, help="cut the step count to what fits, and stop past 105%%")
+    parser.add_argument("--time-budget-s", type=float, help="decay the learning rate to fit, and stop past 105%%")
+    parser.add_argument("--init-from", help="an earlier run's output directory to continue from")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    settings = load_settings(args.config)
+    import yaml
+
+    values = yaml.safe_load(Path(args.config).read_text()) or {}
+    for assignment in args.set:
+        key, _, value = assignment.partition("=")
+        values[key] = yaml.safe_load(value)
+    settings = TrainSettings.from_dict(values)
     if args.steps:
         settings = dataclass_replace(settings, steps=args.steps)
     if args.num_workers is not None:
         settings = dataclass_replace(settings, num_workers=args.num_workers)
-    record = train_canary(settings, args.out, args.time_budget_s)
+    record = train_canary(settings, args.out, args.time_budget_s, args.init_from)
     print(json.dumps({k: record[k] for k in ("steps_done", "finished", "stopped_by_time_limit", "seconds")}))
 
 

@@ -1,5 +1,5 @@
 # The canary model of the offline demo: trained here so its committed weights (resources/canary/) are
-# reproducible. Not a target of `rule all`; run it on a GPU (about 8 minutes on one H200):
+# reproducible. Not a target of `rule all`; run it on a GPU (414 s on one H200 for the committed weights):
 #   snakemake --cores all results/models/canary
 # then review results/models/canary/training_log.json and copy the directory over resources/canary/.
 

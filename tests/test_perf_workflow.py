@@ -5,29 +5,16 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
-
-
-def _checkout_copy(destination: Path) -> Path:
-    """The working tree's tracked and untracked-but-not-ignored files (no results/, no .snakemake/)."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split("\n")
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file():
-            (destination / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, destination / name)
-    return destination
 
 
 def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
@@ -39,7 +26,7 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def small_perf_study(tmp_path_factory):
-    workdir = _checkout_copy(tmp_path_factory.mktemp("perf_workflow"))
+    workdir = copy_workflow(tmp_path_factory.mktemp("perf_workflow"))
     config = yaml.safe_load((workdir / "config/demo.yaml").read_text())
     config["perf"].update(context_lengths=[64], methods=["full_cache", "knorm"], retentions=[0.5], batch_sizes=[1, 2],
                           new_tokens=4, warmup=1, repeats=2)
@@ -51,17 +38,17 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
     workdir = small_perf_study
     before = _snakemake(workdir, "plan", "--configfile", "perf_small.yaml", "--cores", "1")
     assert before.returncode == 0, before.stderr[-3000:]
-    perf_lines = [line for line in before.stdout.splitlines() if line.startswith("perf ") and "demo-tiny-llama" in line]
+    perf_lines = [line for line in before.stdout.splitlines() if line.startswith("perf ") and "canary" in line]
     # full cache at batch 1 and 2, knorm at batch 1; knorm at batch 2 is refused, so never planned.
     assert len(perf_lines) == 3 and all(line.endswith("defaults") for line in perf_lines)
     assert "generate      26" in before.stdout and "Already done (not counted): 0" in before.stdout
 
     run = _snakemake(workdir, "perf_all", "--configfile", "perf_small.yaml", "--cores", "2", "--keep-going")
     assert run.returncode != 0  # the refused cell's check fails, loudly ...
-    check_log = (workdir / "logs/check_config/synthetic/synthetic_qa/demo-tiny-llama/knorm/question_aware/retention-0.50_batch-2_decode-1.log").read_text()
+    check_log = (workdir / "logs/check_config/synthetic/synthetic_qa/canary/knorm/question_aware/retention-0.50_batch-2_decode-1.log").read_text()
     assert "padding collapse" in check_log
     # ... and the accepted cells still produce the table and figures (--keep-going).
-    assert not (workdir / "results/perf/synthetic/synthetic_qa/demo-tiny-llama/knorm/context-64/retention-0.50_batch-2.jsonl").exists()
+    assert not (workdir / "results/perf/synthetic/synthetic_qa/canary/knorm/context-64/retention-0.50_batch-2.jsonl").exists()
     with open(workdir / "results/tables/perf_summary.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert sorted((r["method"], r["batch_size"]) for r in rows) == [("full_cache", "1"), ("full_cache", "2"), ("knorm", "1")]
@@ -69,7 +56,7 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
     for name in ("peak_memory", "itl", "energy_per_token"):
         for ext in ("png", "svg"):
             assert (workdir / f"results/figures/perf_{name}_vs_retention.{ext}").stat().st_size > 1000
-    records_path = workdir / "results/perf/synthetic/synthetic_qa/demo-tiny-llama/knorm/context-64/retention-0.50_batch-1.jsonl"
+    records_path = workdir / "results/perf/synthetic/synthetic_qa/canary/knorm/context-64/retention-0.50_batch-1.jsonl"
     records = [json.loads(line) for line in records_path.read_text().splitlines()]
     assert len(records) == 2 and {r["generated_tokens"] for r in records} == {4}
     # Knorm keeps half of the 63 tokens it sees; the context's 64th runs on the compressed cache, as in the engine.
@@ -85,7 +72,7 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
     after = _snakemake(workdir, "plan", "--configfile", "perf_small.yaml", "--cores", "1")
     assert after.returncode == 0, after.stderr[-3000:]
     assert "Already done (not counted): 3" in after.stdout
-    assert "measured demo-tiny-llama on none (fake backend)" in after.stdout
+    assert "measured canary on none (fake backend)" in after.stdout
     assert "Measured records: 6 runs on none (fake backend) (fake backend)." in after.stdout
 
 

@@ -100,15 +100,15 @@ def test_failed_write_leaves_neither_file_nor_temporary(tmp_path):
 def test_killed_generate_job_leaves_no_predictions_file(demo_run, tmp_path):
     rows = read_jsonl(demo_run / "results/data/synthetic/synthetic_qa.jsonl")
     many = tmp_path / "rows.jsonl"
-    write_jsonl_atomic(many, [{**r, "_id": f"{r['_id']}-{k}"} for k in range(40) for r in rows])
+    total = write_jsonl_atomic(many, [{**r, "_id": f"{r['_id']}-{k}"} for k in range(40) for r in rows])
     output = tmp_path / "out" / "predictions.jsonl"
     log = tmp_path / "generate.log"
     params = {
         "task": "synthetic_qa", "method": "snapkv", "retention": 0.5, "batch_size": 1, "decode_batch_size": 1,
         "question_mode": "question_aware",
         "max_new_tokens": 8, "seed": 0, "method_kwargs": {},
-        "model": {"path": str(demo_run / "results/models/demo-tiny-llama"), "dtype": "float32", "attn_implementation": "sdpa",
-                  "trust_remote_code": False, "max_context_tokens": 2048, "device": "cpu"},
+        "model": {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_implementation": "sdpa",
+                  "trust_remote_code": False, "max_context_tokens": 4096, "device": "cpu"},
     }
     process = subprocess.Popen(
         [sys.executable, "scripts/generate.py", "--input", f"rows={many}", "--output", f"predictions={output}",
@@ -116,7 +116,7 @@ def test_killed_generate_job_leaves_no_predictions_file(demo_run, tmp_path):
         cwd=REPO, start_new_session=True,
     )
     deadline = time.time() + 120
-    while time.time() < deadline and not re.search(r"\b[1-9]\d*/480\b", log.read_text() if log.exists() else ""):
+    while time.time() < deadline and not re.search(rf"\b[1-9]\d*/{total}\b", log.read_text() if log.exists() else ""):
         time.sleep(0.2)
     assert process.poll() is None, "generation finished before it could be interrupted"
     os.killpg(process.pid, signal.SIGKILL)

@@ -148,6 +148,6 @@ def test_refused_cells_never_reach_the_table(tmp_path):
     aggregate = re.search(r"rule aggregate:\n\s+input: (.*?)\n", result.stdout + result.stderr)
     assert aggregate, result.stdout[-2000:]
     table_inputs = aggregate.group(1).split(", ")
-    assert "results/scores/synthetic/synthetic_qa/demo-tiny-llama/full_cache/question_aware/retention-1.00_batch-2_decode-1.jsonl" in table_inputs
+    assert "results/scores/synthetic/synthetic_qa/canary/full_cache/question_aware/retention-1.00_batch-2_decode-1.jsonl" in table_inputs
     assert not [path for path in table_inputs if "/snapkv/" in path and path.endswith("_batch-2_decode-1.jsonl")]
     assert [path for path in table_inputs if "/snapkv/" in path and path.endswith("_batch-1_decode-1.jsonl")]

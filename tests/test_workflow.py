@@ -19,9 +19,18 @@ def test_demo_dry_run_plans_every_stage(workflow_copy):
     result = run_snakemake(workflow_copy, "-n", "--configfile", "config/demo.yaml")
     assert result.returncode == 0, result.stderr
     jobs = planned_jobs(result.stdout)
-    assert PIPELINE_RULES | {"make_synthetic_dataset", "build_demo_model"} <= set(jobs)
+    assert PIPELINE_RULES | {"make_synthetic_dataset"} <= set(jobs)
+    assert "build_demo_model" not in jobs  # the canary is committed
     # full cache at batch 1 and 4 + 8 presses x 3 retentions
     assert jobs["generate"] == 26 and jobs["score"] == 26
+
+
+def test_a_model_with_a_build_recipe_is_built_before_it_is_used(workflow_copy):
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/demo-random.yaml")
+    assert result.returncode == 0, result.stderr
+    jobs = planned_jobs(result.stdout)
+    assert jobs["build_demo_model"] == 1 and jobs["generate"] == 26
+    assert "results/models/demo-tiny-llama" in result.stdout
 
 
 def test_real_study_dry_run_plans_full_study(workflow_copy):
@@ -60,10 +69,10 @@ def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow
 
     result = run_snakemake(workflow_copy, "--cores", "2", "--keep-going", "--configfile", "config/batched.yaml")
     assert result.returncode != 0
-    refused = "synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.50_batch-4_decode-1"
+    refused = "synthetic/synthetic_qa/canary/snapkv/question_aware/retention-0.50_batch-4_decode-1"
     log = (workflow_copy / "logs/check_config" / f"{refused}.log").read_text()
     assert f"refused target {refused}" in log and "padding" in log
-    predictions = workflow_copy / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama"
+    predictions = workflow_copy / "results/predictions/synthetic/synthetic_qa/canary"
     assert not (predictions / "snapkv/question_aware/retention-0.50_batch-4_decode-1.jsonl").exists()
     assert (predictions / "full_cache/question_aware/retention-1.00_batch-4_decode-1.jsonl").exists()
     assert (predictions / "snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl").exists()
@@ -75,11 +84,11 @@ def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow
 def test_demo_end_to_end_produces_table_and_figure(demo_run):
     summary = pd.read_csv(demo_run / "results/tables/summary.csv")
     assert len(summary) == 26
-    assert (summary["n"] == 12).all() and not summary["incomplete"].any()
+    assert (summary["n"] == 18).all() and not summary["incomplete"].any()
     assert summary["score"].between(0, 100).all()
     for figure in ("quality_vs_retention.png", "quality_vs_retention.svg"):
         assert (demo_run / "results/figures" / figure).stat().st_size > 10_000
-    predictions = (demo_run / "results/predictions/synthetic/synthetic_qa/demo-tiny-llama/snapkv/question_aware/retention-0.25_batch-1_decode-1.jsonl").read_text().splitlines()
+    predictions = (demo_run / "results/predictions/synthetic/synthetic_qa/canary/snapkv/question_aware/retention-0.25_batch-1_decode-1.jsonl").read_text().splitlines()
     record = json.loads(predictions[0])
     assert {"id", "prediction", "references", "prompt_tokens", "kept_tokens", "truncated", "seconds"} <= set(record)
     assert 0.2 < record["effective_retention"] < 0.3

@@ -1,4 +1,4 @@
-"""Write the multi-GPU check's study: the demo with one generation cell per GPU and a bigger random model.
+"""Write the multi-GPU check's study: the random-model demo (config/demo-random.yaml) with one generation cell per GPU and a bigger model.
 
     python tools/gpu/multigpu_config.py --gpus 2 --out <dir> [--rehearsal]
 
@@ -26,7 +26,7 @@ def main():
     if not 1 <= args.gpus <= len(METHODS):
         raise SystemExit(f"--gpus must be between 1 and {len(METHODS)}")
 
-    config = yaml.safe_load(Path("config/demo.yaml").read_text())
+    config = yaml.safe_load(Path("config/demo-random.yaml").read_text())
     model = config["models"]["demo-tiny-llama"]
     model_config = json.loads(Path(model["build"]["model_config"]).read_text())
     if not args.rehearsal:
