@@ -28,6 +28,7 @@ def _snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 def small_perf_study(tmp_path_factory):
     workdir = copy_workflow(tmp_path_factory.mktemp("perf_workflow"))
     config = yaml.safe_load((workdir / "config/demo.yaml").read_text())
+    config["question_modes"] = ["question_aware"]
     config["perf"].update(context_lengths=[64], methods=["full_cache", "knorm"], retentions=[0.5], batch_sizes=[1, 2],
                           new_tokens=4, warmup=1, repeats=2)
     (workdir / "perf_small.yaml").write_text(yaml.safe_dump(config))

@@ -125,6 +125,7 @@ def write_small_demo(repo: Path) -> str:
     config["methods"] = ["full_cache", "snapkv"]
     config.pop("batch_size_overrides", None)  # one generation job per method
     config["retentions"] = [0.5]
+    config["question_modes"] = ["question_aware"]
     config["datasets"]["synthetic"]["num_examples"] = 4
     config["generation"]["device"] = "auto"  # a GPU if the job has one: generation jobs go through GPU pinning
     (repo / "config" / "small-demo.yaml").write_text(yaml.safe_dump(config))

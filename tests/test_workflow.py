@@ -21,8 +21,8 @@ def test_demo_dry_run_plans_every_stage(workflow_copy):
     jobs = planned_jobs(result.stdout)
     assert PIPELINE_RULES | {"make_synthetic_dataset"} <= set(jobs)
     assert "build_demo_model" not in jobs  # the canary is committed
-    # full cache at batch 1 and 4 + 8 presses x 3 retentions
-    assert jobs["generate"] == 26 and jobs["score"] == 26
+    # (full cache at batch 1 and 4 + 8 presses x 3 retentions) x 2 question modes
+    assert jobs["generate"] == 52 and jobs["score"] == 52
 
 
 def test_a_model_with_a_build_recipe_is_built_before_it_is_used(workflow_copy):
@@ -61,7 +61,7 @@ def test_unknown_method_fails_listing_allowed_methods(workflow_copy):
 def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow_copy):
     config = write_config(
         workflow_copy, "config/demo.yaml", "batched.yaml",
-        methods=["full_cache", "snapkv"], retentions=[0.5], batch_sizes=[1, 4],
+        methods=["full_cache", "snapkv"], retentions=[0.5], batch_sizes=[1, 4], question_modes=["question_aware"],
     )
     data = yaml.safe_load(config.read_text())
     data["datasets"]["synthetic"]["num_examples"] = 4
@@ -83,7 +83,7 @@ def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow
 
 def test_demo_end_to_end_produces_table_and_figure(demo_run):
     summary = pd.read_csv(demo_run / "results/tables/summary.csv")
-    assert len(summary) == 26
+    assert len(summary) == 52 and set(summary["question_mode"]) == {"question_aware", "question_agnostic"}
     assert (summary["n"] == 18).all() and not summary["incomplete"].any()
     assert summary["score"].between(0, 100).all()
     for figure in ("quality_vs_retention.png", "quality_vs_retention.svg"):
