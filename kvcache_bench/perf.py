@@ -352,6 +352,8 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     """
     from transformers import DynamicCache
 
+    from .engine import mean_cache_length
+
     if new_tokens < 1:
         raise ValueError("new_tokens must be >= 1")
     device = input_ids.device
@@ -370,7 +372,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
         before = clock.mark()
         model(input_ids=input_ids[:, :-1], past_key_values=cache, use_cache=True, logits_to_keep=1)
         forward_spans.append((before, clock.mark()))
-    kept = sum(cache.get_seq_length(i) for i in range(len(cache.layers))) / len(cache.layers)
+    kept = mean_cache_length(cache)
     before = clock.mark()
     last_position = torch.full((batch, 1), prompt_length - 1, device=device)
     outputs = model(input_ids=input_ids[:, -1:], past_key_values=cache, position_ids=last_position, use_cache=True)

@@ -11,8 +11,9 @@ Token ids come from the word-level vocabulary directly (each word is one token),
 tokenizer produces for these texts (tests/test_synthetic_data.py checks that), and is fast enough to feed
 a GPU from a few CPU workers.
 
-Recipe: AdamW lr 5e-4, betas (0.9, 0.98), weight decay 0.01, 64 sequences a step; fp32 weights with TF32
-matmuls (bf16 autocast at lr 1e-3 diverged to NaN in an earlier experiment).
+Recipe (config/canary-train.yaml, which trained the committed weights): AdamW lr 5e-4, betas (0.9, 0.98),
+weight decay 0.01, 64 sequences a step, bf16 autocast over fp32 weights (TF32 matmuls where fp32 remains;
+an earlier experiment's bf16 at lr 1e-3 diverged to NaN, at 5e-4 with clipping it trained cleanly).
 
 - The length curriculum is gated by what the model can do, not by the step count: sequences stay at a
   stage's length until the answer-token accuracy there reaches ``curriculum_gate_accuracy``. A fixed ramp
@@ -43,6 +44,7 @@ import torch
 
 from .data import MAX_ANSWER_WORDS, make_synthetic_document, synthetic_question, synthetic_vocabulary
 from .engine import pick_device
+from .io import write_text_atomic
 from .prompts import PROMPTS, split_prompt
 
 log = logging.getLogger(__name__)
@@ -310,9 +312,7 @@ def _save_weights(model, out_dir: Path) -> None:
 
 
 def _write_log(out_dir: Path, record: dict) -> None:
-    tmp = out_dir / ".training_log.json.partial"
-    tmp.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    os.replace(tmp, out_dir / "training_log.json")
+    write_text_atomic(out_dir / "training_log.json", json.dumps(record, indent=2, default=str) + "\n")
 
 
 def _previous_run(init_from: str | Path) -> dict:

@@ -9,9 +9,6 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-batched-decode-out}"
 mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH="/tmp/site:$PWD"
-fi
+source tools/gpu/use_wheels.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv" || true
 python3 tools/gpu/batched_decode_h200.py --out "$OUT" "$@" 2>&1 | tee "$OUT/batched_decode_h200.log"

@@ -1,3 +1,6 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repo root after ../shared/tools/device-wheels.sh filled .whl/: writes $OUT/engine_h200.json
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 tools/gpu/engine_h200.py --out "$OUT/engine_h200.json" "$@"
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source tools/gpu/use_wheels.sh
+python3 tools/gpu/engine_h200.py --out "$OUT/engine_h200.json" "$@"

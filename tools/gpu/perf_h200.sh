@@ -10,10 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-perf-out}"
 mkdir -p "$OUT"
-if compgen -G ".whl/*.whl" > /dev/null; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    export PYTHONPATH="/tmp/site:$PWD"
-fi
+source tools/gpu/use_wheels.sh
 python3 -c "import pynvml" 2>/dev/null || { echo "pynvml missing: pip download --no-deps nvidia-ml-py==13.615.71 -d .whl" >&2; exit 3; }
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv" || true
 python3 tools/gpu/perf_h200.py --out "$OUT" "$@" 2>&1 | tee "$OUT/perf_h200.log"

@@ -11,12 +11,7 @@
 # TRAIN_BUDGET_S (default 420) is each variant's training time; scoring adds up to REPORT_TIMEOUT_S.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-if [[ -z ${NO_WHEELS:-} ]] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-else
-  export PYTHONPATH=$PWD
-fi
+source tools/gpu/use_wheels.sh
 : "${OUT:?OUT must name the folder for the results}"
 : "${SWEEP:?SWEEP must list the variants, one name|arguments line each}"
 export HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 TRANSFORMERS_VERBOSITY=error PYTHONUNBUFFERED=1
