@@ -59,6 +59,16 @@ def test_training_prompts_are_the_engines_prompts_and_only_answers_are_scored():
     assert tokenizer.decode(ids[len(first_prompt) + len(first_answer) :][:2]) == "question :"
 
 
+def test_settings_read_exponent_floats_that_yaml_leaves_as_strings():
+    """YAML 1.1 reads `5e-4` (no dot) as a string; a sweep's `--set learning_rate=5e-4` once failed on it."""
+    import yaml
+
+    settings = TrainSettings.from_dict({"learning_rate": yaml.safe_load("5e-4"), "decay_fraction": yaml.safe_load("2e-1")})
+    assert settings.learning_rate == 5e-4 and settings.decay_fraction == 0.2
+    with pytest.raises(ValueError, match="curriculum_lengths must rise"):
+        TrainSettings.from_dict({"curriculum_lengths": [512, 256]})
+
+
 def test_schedule_warms_up_holds_and_decays_to_zero():
     settings = load_settings(REPO / "config" / "canary-train.yaml")
     assert (settings.learning_rate, settings.betas, settings.weight_decay) == (5e-4, (0.9, 0.98), 0.01)
