@@ -22,6 +22,7 @@ stacked (a quantised cache, a press that masks keys per head) fall back to batch
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from dataclasses import dataclass
 
@@ -229,39 +230,140 @@ def _per_layer_masks(model):
         model.config._attn_implementation = base
 
 
-class _StackedRows:
-    """Per-layer left-padded keys/values of the rows still decoding, with each layer's slot mask."""
+CAPACITY_STEP = 256  # slots are allocated in these steps, so batches of similar lengths share one CUDA graph
 
-    def __init__(self, prefilled: list[PrefilledPrompt], max_new_tokens: int):
-        device = prefilled[0].keys[0].device
-        self.keys, self.values, self.masks = [], [], []
-        for layer in range(len(prefilled[0].keys)):
-            lengths = [p.keys[layer].shape[-2] for p in prefilled]
-            width = max(lengths)
-            _, heads, _, head_dim = prefilled[0].keys[layer].shape
-            dtype = prefilled[0].keys[layer].dtype
-            keys = torch.zeros((len(prefilled), heads, width, head_dim), dtype=dtype, device=device)
-            values = torch.zeros_like(keys)
-            # Room for every generated token, so a step only slices the mask instead of growing it.
-            mask = torch.ones((len(prefilled), 1, 1, width + max_new_tokens), dtype=torch.bool, device=device)
-            for row, (p, length) in enumerate(zip(prefilled, lengths)):
-                keys[row, :, width - length :] = p.keys[layer][0]
-                values[row, :, width - length :] = p.values[layer][0]
-                mask[row, ..., : width - length] = False
-            self.keys.append(keys)
-            self.values.append(values)
-            self.masks.append(mask)
 
-    def cache(self):
-        from transformers import DynamicCache
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
 
-        return DynamicCache(ddp_cache_data=list(zip(self.keys, self.values)))
 
-    def keep_rows(self, cache, rows: torch.Tensor) -> None:
-        for layer, cache_layer in enumerate(cache.layers):
-            cache_layer.keys = cache_layer.keys.index_select(0, rows)
-            cache_layer.values = cache_layer.values.index_select(0, rows)
-            self.masks[layer] = self.masks[layer].index_select(0, rows)
+@dataclass(frozen=True)
+class _DecodeShape:
+    """Everything a captured decode step depends on besides the data in its buffers."""
+
+    rows: int
+    capacity: int
+    layers: int
+    kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+    max_new_tokens: int
+    blocked_ids: tuple[int, ...]  # stop ids forbidden while count < min_new_tokens (empty: no blocking)
+    min_new_tokens: int
+
+
+class StaticDecodeState:
+    """Pre-allocated decode state: every buffer a decode step reads or writes, at fixed addresses.
+
+    Keys/values: one [rows, kv_heads, capacity, head_dim] buffer per layer (transformers' StaticLayer),
+    each row's compressed slots right-aligned to ``prompt_width`` (the widest row of any layer), generated
+    token k written at slot ``prompt_width + k``. One mask per layer, True on the row's real slots and on
+    the generated slots written so far. Nothing is allocated or read back during a step, so on a GPU a
+    step is captured once as a CUDA graph and replayed.
+    """
+
+    def __init__(self, shape: _DecodeShape, device: torch.device):
+        from transformers.cache_utils import Cache, StaticLayer
+
+        self.shape = shape
+        self.cache = Cache(layers=[StaticLayer(shape.capacity) for _ in range(shape.layers)])
+        self.cache.early_initialization(shape.rows, shape.kv_heads, shape.head_dim, shape.dtype, device)
+        self.masks = [torch.zeros(shape.rows, 1, 1, shape.capacity, dtype=torch.bool, device=device) for _ in range(shape.layers)]
+        self.tokens = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
+        self.positions = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
+        self.slot = torch.zeros(1, dtype=torch.long, device=device)
+        self.count = torch.zeros(1, dtype=torch.long, device=device)  # tokens generated so far
+        self.generated = torch.zeros(shape.rows, shape.max_new_tokens, dtype=torch.long, device=device)
+        self.blocked = torch.tensor(shape.blocked_ids, dtype=torch.long, device=device) if shape.blocked_ids else None
+        self.graph = None
+
+    def load(self, prefilled: list[PrefilledPrompt], stop_ids: set[int]) -> None:
+        """Copy a batch's compressed caches in and take its first token from the prefill logits."""
+        device = self.tokens.device
+        prompt_width = max(k.shape[-2] for p in prefilled for k in p.keys)
+        slots = torch.arange(self.shape.capacity, device=device)
+        for layer, (cache_layer, mask) in enumerate(zip(self.cache.layers, self.masks)):
+            starts = torch.tensor([prompt_width - p.keys[layer].shape[-2] for p in prefilled], device=device)
+            mask.copy_(((slots >= starts.view(-1, 1)) & (slots < prompt_width)).view(mask.shape))
+            for row, p in enumerate(prefilled):
+                length = p.keys[layer].shape[-2]
+                cache_layer.keys[row, :, prompt_width - length : prompt_width] = p.keys[layer][0]
+                cache_layer.values[row, :, prompt_width - length : prompt_width] = p.values[layer][0]
+        logits = torch.cat([p.last_logits for p in prefilled], dim=0)
+        if stop_ids and self.shape.min_new_tokens > 0:
+            logits = logits.clone()
+            logits[:, sorted(stop_ids)] = float("-inf")
+        first = logits.argmax(dim=-1)
+        self.generated[:, 0] = first
+        self.tokens.copy_(first.view(-1, 1))
+        self.positions.copy_(torch.tensor([[p.prompt_tokens] for p in prefilled], device=device))
+        self.slot.fill_(prompt_width)
+        self.count.fill_(1)
+
+    def step(self, model) -> None:
+        """One decode step for every row, on device tensors only (capturable as a CUDA graph)."""
+        for mask in self.masks:
+            mask.index_fill_(-1, self.slot, True)
+        outputs = model(
+            input_ids=self.tokens,
+            past_key_values=self.cache,
+            position_ids=self.positions,
+            cache_position=self.slot,
+            use_cache=True,
+            **{LAYER_MASKS_KWARG: self.masks},
+        )
+        logits = outputs.logits[:, -1]
+        if self.blocked is not None:
+            penalty = torch.where(self.count < self.shape.min_new_tokens, float("-inf"), 0.0).to(logits.dtype)
+            logits = logits.index_add(1, self.blocked, penalty.expand(logits.shape[0], self.blocked.numel()))
+        next_tokens = logits.argmax(dim=-1, keepdim=True)
+        self.generated.index_copy_(1, self.count, next_tokens)
+        self.tokens.copy_(next_tokens)
+        self.positions.add_(1)
+        self.slot.add_(1)
+        self.count.add_(1)
+
+    def capture(self, model) -> None:
+        """Capture ``step`` as a CUDA graph; the buffers are left as ``load`` set them."""
+        saved = [t.clone() for t in (self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks)]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # outside the graph first: allocator, cuBLAS workspaces, lazy kernel loading
+                self.step(model)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.step(model)
+        # The warm-up steps wrote K/V into generated slots, which the real steps overwrite before reading.
+        for tensor, value in zip((self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks), saved):
+            tensor.copy_(value)
+        self.graph = graph
+
+    def advance(self, model) -> None:
+        self.graph.replay() if self.graph is not None else self.step(model)
+
+
+def _graphs_wanted(model) -> bool:
+    return model.device.type == "cuda" and os.environ.get("KVBENCH_DECODE_GRAPHS", "1") != "0"
+
+
+def decode_mode(model) -> str:
+    """How ``decode_together`` runs its steps on this model: ``cuda_graph`` or ``eager`` (a record field)."""
+    return "cuda_graph" if _graphs_wanted(model) else "eager"
+
+
+def _state_for(model, shape: _DecodeShape) -> StaticDecodeState:
+    """This model's decode state for ``shape``, reused (with its graph) while batches keep the same shape.
+
+    One state is held per model: a second would keep a second batch of caches on the device.
+    """
+    held = getattr(model, "_kvbench_decode_state", None)
+    if held is not None and held.shape == shape:
+        return held
+    model._kvbench_decode_state = None  # free the old buffers and graph pool before allocating new ones
+    model._kvbench_decode_state = StaticDecodeState(shape, model.device)
+    return model._kvbench_decode_state
 
 
 @torch.inference_mode()
@@ -271,60 +373,50 @@ def decode_together(
     max_new_tokens: int,
     stop_ids: set[int],
     min_new_tokens: int = 0,
-    sync_every: int = 8,
+    sync_every: int = 16,
 ) -> list[list[int]]:
     """Greedy-decode stacked compressed caches; row r's token k (k >= 1) is fed at position prompt_tokens_r + k - 1.
 
-    Tokens stay on the device and are read back every ``sync_every`` steps, so the host keeps queueing
-    work instead of waiting for each step; a row that stopped inside a block decodes on until the block
-    ends, and what it generated after its stop is discarded.
+    Every step runs on pre-allocated buffers (``StaticDecodeState``); on a GPU the step is a CUDA graph,
+    captured once per batch shape and replayed. Tokens stay on the device and are read back every
+    ``sync_every`` steps, only to stop early once every row has stopped; a row that stopped decodes on
+    until then, and what it generated after its stop is discarded.
     """
-    device = model.device
-    logits = torch.cat([p.last_logits for p in prefilled], dim=0)
-    next_positions = torch.tensor([p.prompt_tokens for p in prefilled], device=device)
-    blocked = torch.tensor(sorted(stop_ids), device=device, dtype=torch.long) if stop_ids else None
-    generated: list[list[int]] = [[] for _ in prefilled]
-    live = list(range(len(prefilled)))  # original row index of each batch row
-    stacked = _StackedRows(prefilled, max_new_tokens)
-    cache = stacked.cache()
-    pending: list[torch.Tensor] = []  # tokens of the live rows not yet read back, one tensor per step
-    step = 0
+    widest = max(k.shape[-2] for p in prefilled for k in p.keys)
+    first = prefilled[0].keys[0]
+    blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
+    shape = _DecodeShape(
+        len(prefilled), _round_up(widest + max_new_tokens, CAPACITY_STEP), len(prefilled[0].keys), first.shape[1],
+        first.shape[-1], first.dtype, max_new_tokens, blocked, min_new_tokens,
+    )
     with _per_layer_masks(model):
-        while True:
-            if blocked is not None and step < min_new_tokens:
-                logits = logits.clone()
-                logits[:, blocked] = float("-inf")
-            next_tokens = logits.argmax(dim=-1)
-            pending.append(next_tokens)
-            step += 1
-            if step >= max_new_tokens or len(pending) == sync_every:
-                block = torch.stack(pending, dim=1).tolist()
-                pending = []
-                still = []
-                for batch_row, tokens in enumerate(block):
-                    out = generated[live[batch_row]]
-                    for token in tokens:
-                        out.append(token)
-                        if token in stop_ids or len(out) >= max_new_tokens:
-                            break
-                    else:
-                        still.append(batch_row)
-                if not still:
-                    return generated
-                if len(still) < len(live):
-                    rows = torch.tensor(still, device=device)
-                    stacked.keep_rows(cache, rows)
-                    next_tokens, next_positions = next_tokens[rows], next_positions[rows]
-                    live = [live[r] for r in still]
-            outputs = model(
-                input_ids=next_tokens.view(-1, 1),
-                past_key_values=cache,
-                position_ids=next_positions.view(-1, 1),
-                use_cache=True,
-                **{LAYER_MASKS_KWARG: stacked.masks},
-            )
-            next_positions = next_positions + 1
-            logits = outputs.logits[:, -1]
+        state = _state_for(model, shape)
+        state.load(prefilled, stop_ids)
+        if _graphs_wanted(model) and state.graph is None:
+            state.capture(model)
+        done = 1
+        while done < max_new_tokens:
+            steps = min(sync_every, max_new_tokens - done)
+            for _ in range(steps):
+                state.advance(model)
+            done += steps
+            if done < max_new_tokens and stop_ids and _all_stopped(state.generated[:, :done], stop_ids):
+                break
+        block = state.generated[:, :done].tolist()
+    generated = []
+    for tokens in block:
+        out = []
+        for token in tokens:
+            out.append(token)
+            if token in stop_ids:
+                break
+        generated.append(out)
+    return generated
+
+
+def _all_stopped(tokens: torch.Tensor, stop_ids: set[int]) -> bool:
+    stops = torch.tensor(sorted(stop_ids), device=tokens.device)
+    return bool(torch.isin(tokens, stops).any(dim=1).all())
 
 
 @torch.inference_mode()
