@@ -419,6 +419,23 @@ def _all_stopped(tokens: torch.Tensor, stop_ids: set[int]) -> bool:
     return bool(torch.isin(tokens, stops).any(dim=1).all())
 
 
+DECODE_MEMORY_SHARE = 0.3
+
+
+def decode_memory_budget(device: torch.device) -> float:
+    """Bytes of compressed caches one decode batch may hold: a share of the GPU memory free now (none on CPU).
+
+    A batch's caches live twice while it decodes (the prefilled copies and the decode buffers) and the
+    next example's full-length prefill needs room beside the held decode buffers: 30% of what is free after
+    loading the model leaves that room even for a 128k-token prefill of an 8B model on an 80 GB GPU.
+    """
+    if device.type != "cuda":
+        return float("inf")
+    free, _ = torch.cuda.mem_get_info(device)
+    cached_by_torch = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return DECODE_MEMORY_SHARE * (free + cached_by_torch)
+
+
 @torch.inference_mode()
 def generate_prefill_one_decode_many(
     model,
@@ -430,14 +447,19 @@ def generate_prefill_one_decode_many(
     decode_batch_size: int,
     min_new_tokens: int = 0,
     make_cache=_dynamic_cache,
+    memory_budget_bytes: float | None = None,
 ) -> tuple[list[Generation], DecodePath]:
     """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
 
     ``make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
     An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
+    A batch is decoded early when its compressed caches would pass ``memory_budget_bytes`` (default: see
+    ``decode_memory_budget``), so long prompts decode in smaller batches instead of running out of memory.
     """
     if decode_batch_size < 1:
         raise ValueError(f"decode_batch_size must be >= 1, got {decode_batch_size}")
+    budget = decode_memory_budget(model.device) if memory_budget_bytes is None else memory_budget_bytes
+    pending_bytes = 0
     generations: list[Generation | None] = [None] * len(prompts)
     pending: list[tuple[int, PrefilledPrompt]] = []
     fallbacks: set[str] = set()
@@ -473,9 +495,16 @@ def generate_prefill_one_decode_many(
         del cache
         _synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start
+        row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
+        if pending and pending_bytes + row_bytes > budget:
+            fallbacks.add(f"decode batches cut at {len(pending)} rows to stay within {budget / 2**30:.1f} GiB of caches")
+            flush()
+            pending_bytes = 0
         pending.append((index, prefilled))
+        pending_bytes += row_bytes
         if len(pending) == decode_batch_size:
             flush()
+            pending_bytes = 0
     flush()
     path = DecodePath(decode_batch_size, largest_batch, "; ".join(sorted(fallbacks)) or None)
     return generations, path

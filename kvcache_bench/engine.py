@@ -346,6 +346,13 @@ class ModelSettings:
     device: str = "auto"
 
 
+SECONDS_COVER = (
+    "this example's prefill and compression (a shared context's split equally among its questions) plus its decode:"
+    " alone, or an equal share of its decode batch's wall time (a CUDA graph capture included when that batch"
+    " captured one); model loading and the cell's GPU warm-up (warmup_seconds) excluded"
+)
+
+
 def shared_context_groups(prompts: list[PromptTokens]) -> list[list[int]]:
     """Indices of prompts whose context tokens are identical, in order of first appearance."""
     groups: dict[tuple[int, ...], list[int]] = {}
@@ -377,7 +384,7 @@ def run_cell(
     """
     from tqdm import tqdm
 
-    from .batched_decode import DecodePath, generate_prefill_one_decode_many, generate_shared_contexts_together
+    from .batched_decode import DecodePath, decode_mode, generate_prefill_one_decode_many, generate_shared_contexts_together
     from .checks import Cell, check_cell
     from .methods import attention_implementation_for, build_press, cache_factory_for, get_method
     from .prompts import NEWLINE_STOP_TASKS, build_prompt_tokens, extra_stop_ids
@@ -453,6 +460,17 @@ def run_cell(
                 chunks.append(list(group))
     else:
         chunks = shared_context_groups(prompts)
+    warmup_seconds = 0.0
+    if device.type == "cuda" and chunks:
+        # The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
+        # capture (seconds): run it once, unmeasured, on copies of the first prompt.
+        started = time.perf_counter()
+        generations_for([chunks[0][0]] * len(chunks[0]))
+        _synchronize(device)
+        warmup_seconds = time.perf_counter() - started
+        path_of.clear()
+        log.info("warm-up (unmeasured): %.2fs", warmup_seconds)
+    decode_steps = decode_mode(model) if batch_decoding else "eager"
     bar = tqdm(total=len(rows), desc=f"{method}@{retention:.2f}", unit="ex", disable=not progress, mininterval=1.0)
     done: dict[int, Generation] = {}
     chunk_of = {index: chunk for chunk in chunks for index in chunk}
@@ -478,6 +496,9 @@ def run_cell(
             "chat_template": prompt.chat_template,
             "shared_context_questions": generation.shared_context_questions,
             "seconds": generation.seconds,
+            "seconds_cover": SECONDS_COVER,
+            "warmup_seconds": warmup_seconds,
+            "decode_steps": decode_steps,
             "method": method,
             "retention": retention,
             "batch_size": batch_size,

@@ -242,3 +242,37 @@ def test_grouped_query_decode_attention_equals_repeated_kv_attention():
     grouped, _ = _grouped_query_sdpa(module, query, key, value, mask, 0.25)
     assert grouped.shape == expected.shape
     torch.testing.assert_close(grouped, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_second_batch_of_the_same_shape_reuses_the_decode_buffers_and_answers_the_same():
+    # Same-length prompts: both decode batches of 2 get one buffer shape, so the second batch runs on the
+    # buffers (and, on a GPU, the graph) the first one left behind, stale slots included.
+    model = demo_shaped_llama("sdpa")
+    model._kvbench_decode_state = None
+    prompts = random_prompts([(150, 8), (150, 8), (150, 8), (150, 8)], seed=7)
+    states = []
+    from kvcache_bench import batched_decode
+
+    original = batched_decode._state_for
+
+    def spy(model, shape):
+        states.append(original(model, shape))
+        return states[-1]
+
+    batched_decode._state_for = spy
+    try:
+        tokens, path = batched(model, prompts, "snapkv", True, 2, stop_ids=set(), new_tokens=8)
+    finally:
+        batched_decode._state_for = original
+    assert len(states) == 2 and states[0] is states[1]
+    assert tokens == engine_tokens(model, prompts, "snapkv", True, stop_ids=set(), new_tokens=8)
+
+
+def test_a_memory_budget_cuts_decode_batches_without_changing_answers():
+    model = demo_shaped_llama("sdpa")
+    prompts = random_prompts()
+    generations, path = generate_prefill_one_decode_many(
+        model, prompts, press_for("snapkv"), True, NEW_TOKENS, STOP, 4, memory_budget_bytes=1
+    )
+    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "snapkv", True)
+    assert path.effective_decode_batch_size == 1 and "cut at 1 rows" in path.fallback
