@@ -122,7 +122,7 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     for start in range(0, len(prompts), setting.batch_size):
         chunk = prompts[start : start + setting.batch_size]
         for generation in generate_padded_batch(model, chunk, press, tokenizer.pad_token_id, 8, stop_ids):
-            answers.append(decode_answer(tokenizer, generation.token_ids, stop_ids))
+            answers.append(decode_answer(tokenizer, generation.token_ids))
     return answers
 
 

@@ -14,7 +14,7 @@ from .data import SPECIAL_TOKENS, synthetic_vocabulary
 
 def build_word_tokenizer(vocabulary: list[str]):
     """A word-level tokenizer (whitespace + punctuation split) over a fixed vocabulary."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
     vocab = {token: index for index, token in enumerate(list(SPECIAL_TOKENS) + [w for w in vocabulary if w not in SPECIAL_TOKENS])}
@@ -22,6 +22,9 @@ def build_word_tokenizer(vocabulary: list[str]):
     core.normalizer = normalizers.Lowercase()
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     core.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with single spaces
+    # The tokenizer itself starts every text with <s>, as Llama's does: prompts are encoded the way the
+    # benchmark's reference code encodes them (``tokenizer(prompt)``), and the canary was trained so.
+    core.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", vocab["<s>"])])
     return PreTrainedTokenizerFast(
         tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
     )

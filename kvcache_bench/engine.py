@@ -201,16 +201,19 @@ class CacheCheckpoint:
 def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_default_cache):
     """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
 
-    Question-aware, the press sees context + question but the prompt's last token; question-agnostic, it
+    Question-aware, the press sees context + question but the held-back tail (the chat template's
+    generation suffix and any answer prefix, at least the prompt's last token); question-agnostic, it
     sees the context. What the press did not see runs afterwards on the compressed cache, at its original
-    positions. Holding back that last token matters: the logits of a pass under the press come from full
-    attention, so taking the first answer token from them would answer from the uncompressed prompt
-    (kvpress's pipeline likewise runs the question's suffix after compressing).
+    positions, as kvpress's pipeline runs the template's suffix after compressing. Holding back matters
+    twice: a press must not evict the assistant header the model answers from, and the logits of a pass
+    under the press come from full attention, so a first answer token taken from them would answer from
+    the uncompressed prompt.
     """
     cache = make_cache()
     if question_aware:
         prompt_ids = prompt.context_ids + prompt.question_ids
-        pressed_ids, trailing_ids = prompt_ids[:-1], prompt_ids[-1:]
+        held_back = max(1, prompt.held_back_tokens)
+        pressed_ids, trailing_ids = prompt_ids[:-held_back], prompt_ids[-held_back:]
     else:
         pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
     last_logits = prefill(model, cache, pressed_ids, press)
@@ -327,13 +330,13 @@ def generate_padded_batch(
     return generations
 
 
-def decode_answer(tokenizer, token_ids: list[int], stop_ids: set[int]) -> str:
-    trimmed = []
-    for token in token_ids:
-        if token in stop_ids:
-            break
-        trimmed.append(token)
-    return tokenizer.decode(trimmed, skip_special_tokens=True).strip()
+def decode_answer(tokenizer, token_ids: list[int]) -> str:
+    """The generated text exactly as LongBench's pred.py keeps it: special tokens skipped, nothing stripped.
+
+    Whitespace is part of the answer: eval.py's first-line rule (``lstrip('\\n')``, then the first line)
+    and code similarity read it, so stripping here would change trec/triviaqa/samsum and lcc scores.
+    """
+    return tokenizer.decode(token_ids, skip_special_tokens=True)
 
 
 @dataclass(frozen=True)
@@ -481,7 +484,7 @@ def run_cell(
         generation, prompt = done.pop(index), prompts[index]
         yield {
             "id": row["_id"],
-            "prediction": decode_answer(tokenizer, generation.token_ids, stop_ids),
+            "prediction": decode_answer(tokenizer, generation.token_ids),
             "references": row["answers"],
             "all_classes": row.get("all_classes"),
             "prompt_tokens": generation.prompt_tokens,
@@ -494,6 +497,8 @@ def run_cell(
             "original_prompt_tokens": prompt.original_tokens,
             "max_context_tokens": model_settings.max_context_tokens,
             "chat_template": prompt.chat_template,
+            "held_back_tokens": prompt.held_back_tokens,
+            "truncation": "longbench_pred_py",
             "shared_context_questions": generation.shared_context_questions,
             "seconds": generation.seconds,
             "seconds_cover": SECONDS_COVER,

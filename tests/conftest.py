@@ -90,3 +90,11 @@ def demo_run(tmp_path_factory) -> Path:
     result = run_snakemake(workdir, "--cores", "2", "--configfile", "config/demo.yaml", env={"HF_TOKEN": FAKE_HF_TOKEN})
     assert result.returncode == 0, result.stderr[-5000:]
     return workdir
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """SmolLM2-135M-Instruct's repaired byte-level BPE tokenizer (chat template included)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(os.environ.get("KVCACHE_BENCH_SMOLLM2_TOKENIZER", "/tmp/smoltok"))
