@@ -28,6 +28,7 @@ from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, buil
 from kvcache_bench.prompts import PromptTokens  # noqa: E402
 
 
+@torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
