@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -39,13 +39,16 @@ _ATTENTION_PREFIX = "kvbench_layer_masked_"
 class PrefilledPrompt:
     """One example after its own (compressing) prefill: what decoding needs, detached from any cache object."""
 
-    keys: list[torch.Tensor]  # per layer [1, kv_heads, kept_l, head_dim], question block included
+    keys: list[torch.Tensor]  # per layer [1, kv_heads, kept_l, head_dim]
     values: list[torch.Tensor]
-    last_logits: torch.Tensor  # [1, vocab]: the logits the first generated token is taken from
+    last_logits: torch.Tensor  # [1, vocab]: the first generated token's logits (unused when held_back_ids)
     prompt_tokens: int  # original prompt length: where the RoPE positions of generated tokens start
     kept_tokens: float  # mean over layers of positions left right after compression
     pressed_tokens: int  # tokens the press saw
     seconds: float  # prefill wall time
+    # Prompt tokens after the pressed ones, not yet in ``keys``: decode_together runs them for the whole
+    # batch in one forward before the first generated token (empty: keys hold the whole prompt).
+    held_back_ids: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -104,7 +107,8 @@ def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, mak
 
 
 def prefilled_from_cache(
-    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, copy: bool = True
+    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, copy: bool = True,
+    held_back_ids: list[int] | None = None,
 ) -> PrefilledPrompt:
     """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
 
@@ -115,7 +119,9 @@ def prefilled_from_cache(
         raise ValueError(obstacle)
     keys = [layer.keys.clone() if copy else layer.keys for layer in cache.layers]
     values = [layer.values.clone() if copy else layer.values for layer in cache.layers]
-    return PrefilledPrompt(keys, values, last_logits.clone(), prompt_tokens, kept_tokens, pressed_tokens, 0.0)
+    return PrefilledPrompt(
+        keys, values, last_logits.clone(), prompt_tokens, kept_tokens, pressed_tokens, 0.0, list(held_back_ids or [])
+    )
 
 
 @torch.inference_mode()
@@ -277,19 +283,32 @@ class StaticDecodeState:
         self.blocked = torch.tensor(shape.blocked_ids, dtype=torch.long, device=device) if shape.blocked_ids else None
         self.graph = None
 
-    def load(self, prefilled: list[PrefilledPrompt], stop_ids: set[int]) -> None:
-        """Copy a batch's compressed caches in and take its first token from the prefill logits."""
+    def load(self, model, prefilled: list[PrefilledPrompt], stop_ids: set[int]) -> None:
+        """Copy a batch's compressed caches in, run their held-back tokens, and take the first generated token.
+
+        Held-back tokens (up to ``block`` per row) go into the slots after ``prompt_width``, right-aligned
+        like the compressed slots: a row with fewer leaves the first block slots masked (pad queries there
+        read the row's own cache and their outputs are dropped).
+        """
         device = self.tokens.device
         prompt_width = max(k.shape[-2] for p in prefilled for k in p.keys)
+        block = max(len(p.held_back_ids) for p in prefilled)
+        first_generated_slot = prompt_width + block
         slots = torch.arange(self.shape.capacity, device=device)
+        held_starts = torch.tensor([first_generated_slot - len(p.held_back_ids) for p in prefilled], device=device).view(-1, 1)
+        held = (slots >= held_starts) & (slots < first_generated_slot)
         for layer, (cache_layer, mask) in enumerate(zip(self.cache.layers, self.masks)):
             starts = torch.tensor([prompt_width - p.keys[layer].shape[-2] for p in prefilled], device=device)
-            mask.copy_(((slots >= starts.view(-1, 1)) & (slots < prompt_width)).view(mask.shape))
+            mask.copy_((((slots >= starts.view(-1, 1)) & (slots < prompt_width)) | held).view(mask.shape))
             for row, p in enumerate(prefilled):
                 length = p.keys[layer].shape[-2]
                 cache_layer.keys[row, :, prompt_width - length : prompt_width] = p.keys[layer][0]
                 cache_layer.values[row, :, prompt_width - length : prompt_width] = p.values[layer][0]
         logits = torch.cat([p.last_logits for p in prefilled], dim=0)
+        if block:
+            block_logits = self._run_held_back(model, prefilled, prompt_width, block)
+            rows = [row for row, p in enumerate(prefilled) if p.held_back_ids]
+            logits[rows] = block_logits[rows].to(logits.dtype)
         if stop_ids and self.shape.min_new_tokens > 0:
             logits = logits.clone()
             logits[:, sorted(stop_ids)] = float("-inf")
@@ -297,8 +316,31 @@ class StaticDecodeState:
         self.generated[:, 0] = first
         self.tokens.copy_(first.view(-1, 1))
         self.positions.copy_(torch.tensor([[p.prompt_tokens] for p in prefilled], device=device))
-        self.slot.fill_(prompt_width)
+        self.slot.fill_(first_generated_slot)
         self.count.fill_(1)
+
+    def _run_held_back(self, model, prefilled: list[PrefilledPrompt], prompt_width: int, block: int) -> torch.Tensor:
+        """One forward of every row's held-back tokens on the loaded caches: each row's last-token logits."""
+        device = self.tokens.device
+        ids = torch.zeros(len(prefilled), block, dtype=torch.long, device=device)
+        positions = torch.zeros(len(prefilled), block, dtype=torch.long, device=device)
+        for row, p in enumerate(prefilled):
+            count = len(p.held_back_ids)
+            if count:
+                ids[row, block - count :] = torch.tensor(p.held_back_ids, device=device)
+                positions[row, block - count :] = torch.arange(p.pressed_tokens, p.pressed_tokens + count, device=device)
+        block_slots = torch.arange(prompt_width, prompt_width + block, device=device)
+        causal = torch.arange(self.shape.capacity, device=device).view(1, 1, 1, -1) <= block_slots.view(1, 1, -1, 1)
+        outputs = model(
+            input_ids=ids,
+            past_key_values=self.cache,
+            position_ids=positions,
+            cache_position=block_slots,
+            use_cache=True,
+            logits_to_keep=1,
+            **{LAYER_MASKS_KWARG: [mask & causal for mask in self.masks]},
+        )
+        return outputs.logits[:, -1]
 
     def step(self, model) -> None:
         """One decode step for every row, on device tensors only (capturable as a CUDA graph)."""
@@ -382,7 +424,7 @@ def decode_together(
     ``sync_every`` steps, only to stop early once every row has stopped; a row that stopped decodes on
     until then, and what it generated after its stop is discarded.
     """
-    widest = max(k.shape[-2] for p in prefilled for k in p.keys)
+    widest = max(k.shape[-2] for p in prefilled for k in p.keys) + max(len(p.held_back_ids) for p in prefilled)
     first = prefilled[0].keys[0]
     blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
     shape = _DecodeShape(
@@ -391,7 +433,7 @@ def decode_together(
     )
     with _per_layer_masks(model):
         state = _state_for(model, shape)
-        state.load(prefilled, stop_ids)
+        state.load(model, prefilled, stop_ids)
         if _graphs_wanted(model) and state.graph is None:
             state.capture(model)
         done = 1
@@ -481,17 +523,21 @@ def generate_prefill_one_decode_many(
     for index, prompt in enumerate(prompts):
         start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
-        cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
-        obstacle = _stacking_obstacle(model, cache) if decode_batch_size > 1 else None
-        if decode_batch_size == 1 or obstacle is not None:  # decoded alone, from the cache it already has
+        batching = decode_batch_size > 1
+        cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache, run_held_back=not batching)
+        held_back = (prompt.context_ids + prompt.question_ids)[pressed:] if batching else []
+        obstacle = _stacking_obstacle(model, cache) if batching else None
+        if not batching or obstacle is not None:  # decoded alone, from the cache it already has
             if obstacle is not None:
                 fallbacks.add(obstacle)
+                if held_back:  # what prefill_example would have run
+                    last_logits = prefill(model, cache, held_back, None, start_position=pressed)
             token_ids = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
             _synchronize(model.device)
             generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
             largest_batch = max(largest_batch, 1)
             continue
-        prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False)
+        prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back)
         del cache
         _synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start

@@ -198,8 +198,12 @@ class CacheCheckpoint:
 
 
 @torch.inference_mode()
-def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_default_cache):
+def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_default_cache, run_held_back: bool = True):
     """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
+
+    ``run_held_back=False`` stops after the pass under the press (its logits come back, and the tokens
+    it did not see are the prompt's tokens after ``pressed tokens``): batched decoding runs them for a
+    whole decode batch at once.
 
     Question-aware, the press sees context + question but the held-back tail (the chat template's
     generation suffix and any answer prefix, at least the prompt's last token); question-agnostic, it
@@ -218,7 +222,7 @@ def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, ma
         pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
     last_logits = prefill(model, cache, pressed_ids, press)
     kept = mean_cache_length(cache)
-    if trailing_ids:
+    if trailing_ids and run_held_back:
         last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
     return cache, last_logits, kept, len(pressed_ids)
 

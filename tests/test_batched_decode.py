@@ -276,3 +276,16 @@ def test_a_memory_budget_cuts_decode_batches_without_changing_answers():
     )
     assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "snapkv", True)
     assert path.effective_decode_batch_size == 1 and "cut at 1 rows" in path.fallback
+
+
+@pytest.mark.parametrize("method", ["snapkv", "pyramidkv"])
+def test_held_back_suffixes_of_different_lengths_run_together_as_the_engine_runs_them_alone(method):
+    # A chat template's generation suffix (and RULER's answer prefix) is held back from the press; a decode
+    # batch runs every row's held-back tokens in one forward, rows with fewer left-padded inside the block.
+    from dataclasses import replace
+
+    model = demo_shaped_llama("sdpa")
+    prompts = [replace(p, held_back_tokens=n) for p, n in zip(random_prompts(), (3, 1, 6, 2))]
+    expected = engine_tokens(model, prompts, method, True)
+    tokens, _ = batched(model, prompts, method, True, 4)
+    assert tokens == expected

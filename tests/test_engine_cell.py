@@ -74,5 +74,8 @@ def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_mode
     assert all(r["decode_batch_size"] == 4 and r["decode_fallback"] is None for r in together)
     assert max(r["effective_decode_batch_size"] for r in together) == 4
     assert all(r["decode_batch_size"] == 1 and r["effective_decode_batch_size"] == 1 for r in alone)
+    # what ran and what the seconds cover: on a CPU, eager steps and no warm-up pass
+    assert {r["decode_steps"] for r in together} == {"eager"} and {r["warmup_seconds"] for r in together} == {0.0}
+    assert all("warm-up" in r["seconds_cover"] and "decode batch" in r["seconds_cover"] for r in together)
     if mode == "question_agnostic":
         assert all(r["shared_context_questions"] == 2 for r in together)
