@@ -154,16 +154,16 @@ def kvpress_pipeline(args) -> None:
 def floor_seconds_per_example(prompt_tokens: float, kept_tokens: float, rows: int, ceilings: dict, shape: dict) -> dict:
     """The least time an example can take: prefill FLOPs at the matrix rate, decode bytes at the copy rate.
 
-    Prefill: 2 FLOPs per weight per token (embedding lookup excluded) plus causal attention's QK^T and PV.
-    Decode: every step reads every weight once (shared by the rows decoded together) and each row's cached
-    keys/values once; ``rows`` rows share a step.
+    Prefill: 2 FLOPs per layer weight per token, the output head for the last token only (logits_to_keep=1),
+    plus causal attention's QK^T and PV. Decode: every step reads every weight but the embedding once
+    (shared by the ``rows`` rows decoded together) and each row's cached keys/values once.
     """
     hidden, layers, heads, kv_heads, head_dim = (shape[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim"))
     mlp, vocab = shape["intermediate_size"], shape["vocab_size"]
     per_layer = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2 + 3 * hidden * mlp
     matmul_weights = layers * per_layer + hidden * vocab
     attention_flops = layers * 2 * 2 * heads * head_dim * prompt_tokens * prompt_tokens / 2
-    prefill_flops = 2 * matmul_weights * prompt_tokens + attention_flops
+    prefill_flops = 2 * layers * per_layer * prompt_tokens + 2 * hidden * vocab + attention_flops
     kv_bytes_per_token = 2 * layers * kv_heads * head_dim * 2
     steps = NEW_TOKENS - 1
     weight_bytes = matmul_weights * 2
