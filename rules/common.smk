@@ -204,3 +204,32 @@ def wildcard_int(name):
         return int(wildcards[name])
 
     return convert
+
+
+# ----------------------------------------------------------------------------- probes (rules/probes.smk)
+
+
+def probe_setting(section, key):
+    def lookup(wildcards):
+        return config["probes"][section].get(key)
+
+    return lookup
+
+
+def padding_probe_rows(wildcards):
+    padding = config["probes"]["padding"]
+    return [f"results/data/{dataset}/{padding['task']}.jsonl" for dataset in padding["datasets"]]
+
+
+def probe_outputs():
+    """What `snakemake probes` makes: nothing unless the config has a probes section."""
+    probes = config.get("probes", {})
+    outputs = []
+    for model in config["models"]:
+        if "attention_sink" in probes:
+            sink = probes["attention_sink"]
+            outputs.append(f"results/probes/{sink['dataset']}/{sink['task']}/{model}/attention_sink.json")
+        if "padding" in probes:
+            padding = probes["padding"]
+            outputs += [f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]]
+    return outputs
