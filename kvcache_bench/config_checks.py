@@ -15,6 +15,8 @@ import re
 from decimal import Decimal
 from pathlib import Path
 
+from .methods import METHODS
+
 # Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
 RETENTION_WILDCARD = r"[01]\.\d\d+"  # no braces: Snakemake reads them as wildcards
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -38,21 +40,22 @@ def retention_label(retention: float) -> str:
 
 
 def method_kwargs_problems(config: dict) -> list[str]:
-    """kwargs filed under a name that is not a configured method are never used: refuse them, and compression_ratio."""
-    configured = list(config["methods"]) + list((config.get("perf") or {}).get("methods") or [])
+    """kwargs under a name no method has are never used (a typo runs the method with kvpress's defaults): refuse
+    them, and compression_ratio. kwargs of a known method this study does not run are harmless and allowed."""
+    configured = list(dict.fromkeys(list(config["methods"]) + list((config.get("perf") or {}).get("methods") or [])))
     problems = []
     for name, kwargs in (config.get("method_kwargs") or {}).items():
-        if name not in configured:
-            close = difflib.get_close_matches(name, configured, n=1)
+        if name not in METHODS:
+            close = difflib.get_close_matches(name, configured, n=1) or difflib.get_close_matches(name, list(METHODS), n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             problems.append(
-                f"method_kwargs names {name!r}, which is not a configured method (methods: {', '.join(dict.fromkeys(configured))}); "
+                f"method_kwargs names {name!r}, which is not a method (this study runs: {', '.join(configured)}); "
                 f"its settings would be ignored.{hint}"
             )
         if "compression_ratio" in (kwargs or {}):
             problems.append(
                 f"method_kwargs.{name} sets compression_ratio: how much cache each cell keeps is set by `retentions` "
-                "(the fraction KEPT; compression_ratio = 1 - retention), one cell per retention. Remove it."
+                "(the fraction KEPT; kvpress's compression_ratio is the fraction dropped), one cell per retention. Remove it."
             )
     return problems
 

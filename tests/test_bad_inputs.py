@@ -58,7 +58,9 @@ def set_model(key, value):
 # (case, config changes, snakemake arguments, must succeed, what the user must read [, how often])
 PARSE_TIME_CASES = [
     ("misspelt method_kwargs name", {"method_kwargs": {"snapkvv": {"window_size": 8}}}, ["--cores", "1"], False,
-     ["method_kwargs names 'snapkvv', which is not a configured method", "Did you mean 'snapkv'?"]),
+     ["method_kwargs names 'snapkvv', which is not a method", "Did you mean 'snapkv'?"]),
+    ("kwargs of a known method this study does not run", {"method_kwargs": {"snapkv": {}, "pyramidkv": {"window_size": 8}}},
+     ["-n"], True, []),
     ("compression_ratio in method_kwargs", {"method_kwargs": {"snapkv": {"compression_ratio": 0.7}}}, ["--cores", "1"], False,
      ["method_kwargs.snapkv sets compression_ratio", "`retentions`"]),
     ("model directory that does not exist", {"models": set_model("path", "resources/canaryy")}, ["--cores", "1"], False,
