@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import random
 from pathlib import Path
 
-from .io import sha256_of
+from .io import JsonlError, numbered_jsonl, sha256_of
 
 LONGBENCH_COLUMNS = ("input", "context", "answers", "length", "dataset", "language", "all_classes", "_id")
 
@@ -107,17 +106,13 @@ def load_longbench_rows(
 def read_local_jsonl_rows(path: str | Path) -> list[dict]:
     """A local JSONL file's rows, each carrying its file and 1-based line; a broken line names both."""
     rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataRowError(f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
+    try:
+        for number, row in numbered_jsonl(path):
             if not isinstance(row, dict):
                 raise DataRowError(f"{path}, line {number}: a row must be a JSON object, got {type(row).__name__}")
             rows.append({**row, ROW_SOURCE: f"{path}, line {number}"})
+    except JsonlError as error:
+        raise DataRowError(str(error)) from None
     return rows
 
 

@@ -64,18 +64,20 @@ class JsonlError(ValueError):
     pass
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
-    """The records of a JSONL file; a broken line is reported by file name and 1-based line number."""
-    records = []
+def numbered_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
+    """(1-based line number, parsed value) of each non-blank line; a broken line is named by file and line."""
     with open(path, encoding="utf-8") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
+                yield number, json.loads(line)
             except json.JSONDecodeError as error:
                 raise JsonlError(f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
-    return records
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    return [record for _, record in numbered_jsonl(path)]
 
 
 def count_records(path: str | os.PathLike) -> int:

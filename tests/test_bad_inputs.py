@@ -306,3 +306,12 @@ def test_remote_code_warning_names_the_code_files(tmp_path):
     warning = remote_code_warning({"path": str(tmp_path), "trust_remote_code": True}, "mine")
     assert warning.startswith("models.mine has trust_remote_code: true") and "modeling_x.py" in warning
     assert remote_code_warning({"path": str(tmp_path), "trust_remote_code": False}, "mine") is None
+
+
+def test_a_broken_jsonl_line_is_named_by_file_and_line(tmp_path):
+    from kvcache_bench.io import JsonlError, read_jsonl
+
+    path = tmp_path / "scores.jsonl"
+    path.write_text('{"id": 1}\n{"id": 2, "sco\n')
+    with pytest.raises(JsonlError, match=rf"{path}, line 2: not valid JSON"):
+        read_jsonl(path)
