@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import logging
 import os
 import random
@@ -403,6 +404,17 @@ def make_synthetic_rows(
                 }
             )
     return rows
+
+
+def synthetic_row_count(generator: dict) -> int:
+    """How many rows ``make_synthetic_rows(**generator)`` writes: asking for more is flagged, not capped."""
+    settings = {
+        name: parameter.default
+        for name, parameter in inspect.signature(make_synthetic_rows).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    settings.update(generator)
+    return settings.get("n_documents", 0) * min(settings["questions_per_document"], settings["facts_per_document"])
 
 
 def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None) -> dict:

@@ -20,6 +20,7 @@ from kvcache_bench.config_checks import (
     remote_code_warning,
     retention_label,
 )
+from kvcache_bench.data import synthetic_row_count
 from kvcache_bench.methods import retentions_for
 from kvcache_bench.prompts import max_new_tokens_for
 
@@ -115,11 +116,8 @@ def announce_before_any_job():
     """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
     if not workflow.is_main_process:
         return
-    refusals = [
-        f"refused target {Cell(**table_cell(cell)).target}: {'; '.join(problems_with(Cell(**table_cell(cell))))}"
-        for cell in requested_cells()
-        if _is_refused(cell)
-    ]
+    cells = [Cell(**table_cell(cell)) for cell in requested_cells()]
+    refusals = [f"refused target {cell.target}: {'; '.join(problems)}" for cell in cells if (problems := problems_with(cell))]
     warnings = [lock_holder_warning("."), *(remote_code_warning(model, name) for name, model in config["models"].items())]
     for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
         print(line, file=sys.stderr)
@@ -132,9 +130,7 @@ def cell_path(stage, cell, suffix):
 def expected_examples(cell):
     dataset_cfg = config["datasets"][cell["dataset"]]
     if dataset_cfg["source"] == "synthetic":
-        synthetic = dataset_cfg.get("synthetic", {})
-        available = synthetic.get("n_documents", 1) * synthetic.get("questions_per_document", 1)
-        return dataset_cfg.get("num_examples") or available  # more than available is flagged incomplete
+        return dataset_cfg.get("num_examples") or synthetic_row_count(dataset_cfg.get("synthetic", {}))
     return dataset_cfg.get("num_examples")
 
 

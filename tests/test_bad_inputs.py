@@ -269,11 +269,13 @@ def test_a_changed_output_is_refused_not_tabulated(small_run, tmp_path, case, st
 def test_settings_that_change_outputs_are_shown_and_hashed(monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_kvbench_fake_token_never_written_8d1f")
     params = {
-        "max_new_tokens": 128, "model": {"max_context_tokens": 4096}, "hf_token": "x", "use_auth_token": "y",
+        "max_new_tokens": 128, "model": {"max_context_tokens": 4096}, "tokenizer": "resources/canary",
+        "hf_token": "x", "use_auth_token": "y",
         "note": "pulled with hf_kvbench_fake_token_never_written_8d1f and hf_abcdefghijklmnopqrstuvwxyz0123",
     }
     scrubbed = scrub_secrets(params)
     assert scrubbed["max_new_tokens"] == 128 and scrubbed["model"]["max_context_tokens"] == 4096
+    assert scrubbed["tokenizer"] == "resources/canary"
     assert scrubbed["hf_token"] == scrubbed["use_auth_token"] == "<redacted>"
     assert scrubbed["note"] == "pulled with <redacted> and <redacted>"
     assert config_hash({"max_new_tokens": 128}) != config_hash({"max_new_tokens": 4})
@@ -315,3 +317,13 @@ def test_a_broken_jsonl_line_is_named_by_file_and_line(tmp_path):
     path.write_text('{"id": 1}\n{"id": 2, "sco\n')
     with pytest.raises(JsonlError, match=rf"{path}, line 2: not valid JSON"):
         read_jsonl(path)
+
+
+@pytest.mark.parametrize("generator", [
+    {"n_documents": 2}, {"n_documents": 3, "questions_per_document": 5, "facts_per_document": 2},
+    {"n_documents": 1, "questions_per_document": 3, "facts_per_document": 6, "min_words": 256, "max_words": 300},
+])
+def test_the_expected_count_of_synthetic_rows_is_the_count_written(generator):
+    from kvcache_bench.data import make_synthetic_rows, synthetic_row_count
+
+    assert synthetic_row_count(generator) == len(make_synthetic_rows(seed=0, **generator))
