@@ -144,6 +144,6 @@ def lock_holder_warning(workdir: str | os.PathLike = ".") -> str | None:
     return (
         "another Snakemake run holds this working directory (lock files in .snakemake/locks). "
         "Files it is writing will be reported as incomplete: do NOT --rerun-incomplete them. Wait for it to "
-        "finish, or run the second study in its own directory (snakemake --directory DIR). If no other run is "
+        "finish, or run the second study from its own copy of the workflow. If no other run is "
         "alive (it was killed), remove its lock with `snakemake --unlock` first."
     )
