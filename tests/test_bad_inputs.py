@@ -202,6 +202,7 @@ def small_run(tmp_path_factory) -> Path:
 SNAPKV = f"{CELL}/snapkv/question_aware/retention-0.125_batch-1_decode-1"
 
 
+@pytest.mark.slow
 def test_retention_in_the_table_is_the_one_configured(small_run):
     summary = pd.read_csv(small_run / "results/tables/summary.csv")
     assert sorted(summary["retention"]) == [0.125, 1.0]
@@ -210,11 +211,13 @@ def test_retention_in_the_table_is_the_one_configured(small_run):
     assert "| 12.5% |" in (small_run / "results/tables/summary.md").read_text()
 
 
+@pytest.mark.slow
 def test_more_examples_asked_than_synthetic_data_has_is_flagged(small_run):
     summary = pd.read_csv(small_run / "results/tables/summary.csv")
     assert (summary["n"] == 3).all() and (summary["expected_n"] == 4).all() and summary["incomplete"].all()
 
 
+@pytest.mark.slow
 def test_manifests_show_generation_settings_and_checksums(small_run):
     manifest = json.loads((small_run / f"results/predictions/{SNAPKV}.jsonl.manifest.json").read_text())
     assert manifest["params"]["max_new_tokens"] == 8
@@ -247,6 +250,7 @@ TAMPERING_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case, stage, tamper, said, found", TAMPERING_CASES, ids=[c[0] for c in TAMPERING_CASES])
 def test_a_changed_output_is_refused_not_tabulated(small_run, tmp_path, case, stage, tamper, said, found):
     workdir = Path(shutil.copytree(small_run, tmp_path / "copy", symlinks=True))
