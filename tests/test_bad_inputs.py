@@ -208,6 +208,8 @@ def test_retention_in_the_table_is_the_one_configured(small_run):
     assert sorted(summary["retention"]) == [0.125, 1.0]
     manifest = json.loads((small_run / f"results/predictions/{SNAPKV}.jsonl.manifest.json").read_text())
     assert manifest["params"]["retention"] == 0.125
+    records = [json.loads(line) for line in (small_run / f"results/predictions/{SNAPKV}.jsonl").read_text().splitlines()]
+    assert {record["retention"] for record in records} == {0.125}
     assert "| 12.5% |" in (small_run / "results/tables/summary.md").read_text()
 
 
