@@ -217,6 +217,8 @@ def test_retention_in_the_table_is_the_one_configured(small_run):
 def test_more_examples_asked_than_synthetic_data_has_is_flagged(small_run):
     summary = pd.read_csv(small_run / "results/tables/summary.csv")
     assert (summary["n"] == 3).all() and (summary["expected_n"] == 4).all() and summary["incomplete"].all()
+    log = (small_run / "logs/make_synthetic_dataset/synthetic/synthetic_qa.log").read_text()
+    assert "num_examples is 4 but task 'synthetic_qa' has only 3 rows" in log
 
 
 @pytest.mark.slow
