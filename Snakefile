@@ -29,6 +29,7 @@ include: "rules/perf_common.smk"
 include: "rules/perf.smk"
 include: "rules/train.smk"
 include: "rules/report.smk"
+include: "rules/probes.smk"
 
 
 rule all:

@@ -36,6 +36,11 @@ N_RESAMPLES = 10_000
 SMALL_N = 30  # below this a 95% interval from resampling is itself unreliable
 
 
+def retention_percent(retention: float) -> str:
+    """50%, 12.5%, 0.1%: every digit the config gave (a rounded label would merge 0.125 into 12%)."""
+    return f"{round(100 * float(retention), 8):g}%"
+
+
 def cell_name(cell: dict) -> str:
     return "/".join(str(cell[column]) for column in CELL_COLUMNS)
 
@@ -132,6 +137,8 @@ def build_summary(
     """The study's table. Cells are those the config check accepted (the workflow passes only those)."""
     if len(score_files) != len(cells):
         raise ValueError(f"{len(score_files)} score files for {len(cells)} cells")
+    if not cells:
+        raise ValueError("no accepted cell to tabulate: the config check refused every target (see logs/check_config/)")
     expected_ns = expected_ns or [None] * len(score_files)
     cells = [with_decode_batch_size(cell) for cell in cells]
     scores_by_cell = [read_scores(path) for path in score_files]
@@ -221,7 +228,7 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
                 flags.append(f"paired on {row.n_paired}")
             diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"
             lines.append(
-                f"| {method_label(row.method)} | {row.question_mode.replace('_', '-')} | {row.retention:.0%} | "
+                f"| {method_label(row.method)} | {row.question_mode.replace('_', '-')} | {retention_percent(row.retention)} | "
                 f"{row.batch_size} | {row.n} | {row.score:.2f} | {_interval(row.ci_low, row.ci_high)} | {diff} | "
                 f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {', '.join(flags)} |"
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .config_checks import retention_label
 from .methods import FULL_RETENTION, UnknownMethodError, build_press, get_method
 from .prompts import KNOWN_TASKS
 
@@ -41,7 +42,7 @@ class Cell:
 
 
 def setting_slug(retention: float, batch_size: int, decode_batch_size: int = 1) -> str:
-    return f"retention-{retention:.2f}_batch-{batch_size}_decode-{decode_batch_size}"
+    return f"retention-{retention_label(retention)}_batch-{batch_size}_decode-{decode_batch_size}"
 
 
 def problems_with(cell: Cell) -> list[str]:

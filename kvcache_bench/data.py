@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
+import logging
 import os
 import random
 from pathlib import Path
+
+from .io import JsonlError, numbered_jsonl, sha256_of
 
 LONGBENCH_COLUMNS = ("input", "context", "answers", "length", "dataset", "language", "all_classes", "_id")
 
@@ -24,8 +28,19 @@ OFFLINE_HELP = (
 )
 
 
+# Where a row came from ("file, line 3"), carried by loaded rows so a bad row is reported where it is.
+ROW_SOURCE = "_source"
+MAX_REPORTED_PROBLEMS = 20
+
+log = logging.getLogger(__name__)
+
+
 class DatasetUnavailableError(RuntimeError):
     pass
+
+
+class DataRowError(ValueError):
+    """Rows that would be generated and scored as something other than what the data means."""
 
 
 def _local_data_files(local_path: str, task: str) -> tuple[str, list[str]]:
@@ -72,13 +87,33 @@ def load_longbench_rows(
 
     if local_path:
         builder, files = _local_data_files(local_path, task)
-        loaded = datasets.load_dataset(builder, data_files={split: files}, split=split)
+        if builder == "json":
+            rows = [row for file in files for row in read_local_jsonl_rows(file)]
+        else:
+            rows = []
+            for file in files:
+                loaded = datasets.load_dataset(builder, data_files={split: [file]}, split=split)
+                rows += [{**row, ROW_SOURCE: f"{file}, row {index}"} for index, row in enumerate(loaded, start=1)]
+        if not rows:
+            raise DataRowError(f"{', '.join(files)}: empty, no rows of task {task!r}")
     else:
         loaded = _load_from_hub(hub_id, dict(name=task), split, dataset_name, task)
-    rows = [dict(row) for row in loaded]
-    missing = [c for c in ("input", "context", "answers") if rows and c not in rows[0]]
-    if missing:
-        raise DatasetUnavailableError(f"task {task!r} lacks LongBench columns {missing}")
+        rows = [{**row, ROW_SOURCE: f"{hub_id} ({task}, split {split}), row {index}"} for index, row in enumerate(loaded, start=1)]
+        if not rows:
+            raise DataRowError(f"{hub_id} ({task}, split {split}) is empty")
+    return rows
+
+
+def read_local_jsonl_rows(path: str | Path) -> list[dict]:
+    """A local JSONL file's rows, each carrying its file and 1-based line; a broken line names both."""
+    rows = []
+    try:
+        for number, row in numbered_jsonl(path):
+            if not isinstance(row, dict):
+                raise DataRowError(f"{path}, line {number}: a row must be a JSON object, got {type(row).__name__}")
+            rows.append({**row, ROW_SOURCE: f"{path}, line {number}"})
+    except JsonlError as error:
+        raise DataRowError(str(error)) from None
     return rows
 
 
@@ -154,6 +189,7 @@ def load_ruler_rows(
                 "language": "en",
                 "all_classes": None,
                 "_id": f"ruler-{data_dir or 'local'}-{task}-{index}",
+                ROW_SOURCE: f"{local_path or hub_id} (data_dir {data_dir}), row {index + 1}",
             }
         )
     if not rows:
@@ -162,12 +198,76 @@ def load_ruler_rows(
     return rows
 
 
+def _is_text(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def row_problems(row: dict, task: str) -> list[str]:
+    """What is wrong with one row for ``task``: each problem names the field."""
+    from .prompts import PROMPTS
+
+    problems = []
+    asks_question = "{input}" in PROMPTS[task]
+    if asks_question and not _is_text(row.get("input")):
+        state = "missing" if "input" not in row else f"empty or not text ({row['input']!r})"
+        problems.append(f"field 'input' (the question) is {state}; task {task!r} asks it in every prompt")
+    elif not asks_question and row.get("input") is not None and not isinstance(row["input"], str):
+        problems.append(f"field 'input' must be text, got {type(row['input']).__name__}")
+    if not _is_text(row.get("context")):
+        state = "missing" if "context" not in row else "empty or not text"
+        problems.append(f"field 'context' is {state}")
+    answers = row.get("answers")
+    if "answers" not in row:
+        problems.append("field 'answers' (the references the prediction is scored against) is missing")
+    elif not (_is_text(answers) or (isinstance(answers, list) and all(isinstance(a, str) for a in answers) and any(map(_is_text, answers)))):
+        problems.append(f"field 'answers' must be a non-empty reference text or list of texts, got {answers!r:.80}")
+    length = row.get("length")
+    if length is not None and (isinstance(length, bool) or not (isinstance(length, int) or (isinstance(length, float) and length.is_integer()))):
+        problems.append(f"field 'length' must be an integer, got {length!r:.40}")
+    classes = row.get("all_classes")
+    if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
+        problems.append(f"field 'all_classes' must be a list of texts or null, got {classes!r:.80}")
+    if row.get("_id") is not None and not isinstance(row["_id"], (str, int)):
+        problems.append(f"field '_id' must be text, got {type(row['_id']).__name__}")
+    if row.get("answer_prefix") is not None and not isinstance(row["answer_prefix"], str):
+        problems.append(f"field 'answer_prefix' must be text, got {type(row['answer_prefix']).__name__}")
+    return problems
+
+
+def validate_rows(rows: list[dict], task: str) -> None:
+    """Refuse, naming each row's file and line and the field, any row that would be measured wrongly."""
+    problems, first_seen = [], {}
+    for index, row in enumerate(rows, start=1):
+        where = row.get(ROW_SOURCE) or f"row {index}"
+        problems += [f"{where}: {problem}" for problem in row_problems(row, task)]
+        if row.get("_id") is not None:
+            key = str(row["_id"])
+            if key in first_seen:
+                problems.append(f"{where}: field '_id' {key!r} repeats {first_seen[key]}; ids must be unique")
+            first_seen.setdefault(key, where)
+    if problems:
+        shown = problems[:MAX_REPORTED_PROBLEMS]
+        more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+        raise DataRowError(
+            f"{len(problems)} problem(s) in the rows of task {task!r}; nothing was written:\n"
+            + "\n".join(f"  - {p}" for p in shown) + more
+        )
+
+
 def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> list[dict]:
-    """Keep the first ``num_examples`` rows in file order, each with every LongBench column present.
+    """Keep the first ``num_examples`` rows in file order, checked, each with every LongBench column present.
 
     RULER rows also keep ``answer_prefix`` (the start of the answer the prompt ends with).
     """
+    if not rows:
+        raise DataRowError(f"task {task!r}: the data is empty, no rows")
     selected = rows if not num_examples else rows[:num_examples]
+    if num_examples and len(selected) < num_examples:
+        log.warning(
+            "num_examples is %d but task %r has only %d rows: its cells will be flagged incomplete",
+            num_examples, task, len(selected),
+        )
+    validate_rows(selected, task)
     normalised = []
     for index, row in enumerate(selected):
         answers = row.get("answers")
@@ -181,7 +281,7 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
             "dataset": row.get("dataset") or task,
             "language": row.get("language") or "en",
             "all_classes": row.get("all_classes"),
-            "_id": row.get("_id") or hashlib.sha1(f"{task}:{index}:{row['context'][:200]}".encode()).hexdigest(),
+            "_id": str(row["_id"]) if row.get("_id") is not None else hashlib.sha1(f"{task}:{index}:{row['context'][:200]}".encode()).hexdigest(),
         }
         if row.get("answer_prefix"):
             out["answer_prefix"] = row["answer_prefix"]
@@ -306,12 +406,15 @@ def make_synthetic_rows(
     return rows
 
 
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+def synthetic_row_count(generator: dict) -> int:
+    """How many rows ``make_synthetic_rows(**generator)`` writes: asking for more is flagged, not capped."""
+    settings = {
+        name: parameter.default
+        for name, parameter in inspect.signature(make_synthetic_rows).parameters.items()
+        if parameter.default is not inspect.Parameter.empty
+    }
+    settings.update(generator)
+    return settings.get("n_documents", 0) * min(settings["questions_per_document"], settings["facts_per_document"])
 
 
 def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None) -> dict:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import glob
+import hashlib
 import json
 import os
 import tempfile
@@ -18,6 +20,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     """
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_partials(final)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -27,6 +30,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def remove_stale_partials(path: str | os.PathLike) -> list[Path]:
+    """Delete temporaries a killed writer of ``path`` left behind (one job writes a path at a time)."""
+    final = Path(path)
+    stale = sorted(final.parent.glob(f".{glob.escape(final.name)}.*.partial"))
+    for leftover in stale:
+        leftover.unlink(missing_ok=True)
+    return stale
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
@@ -48,6 +60,35 @@ def write_jsonl_atomic(path: str | os.PathLike, records: Iterable[dict]) -> int:
     return count
 
 
-def read_jsonl(path: str | os.PathLike) -> list[dict]:
+class JsonlError(ValueError):
+    pass
+
+
+def numbered_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
+    """(1-based line number, parsed value) of each non-blank line; a broken line is named by file and line."""
     with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                yield number, json.loads(line)
+            except json.JSONDecodeError as error:
+                raise JsonlError(f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
+
+
+def read_jsonl(path: str | os.PathLike) -> list[dict]:
+    return [record for _, record in numbered_jsonl(path)]
+
+
+def count_records(path: str | os.PathLike) -> int:
+    """Non-blank lines of a JSONL file (what ``read_jsonl`` would return, without parsing them)."""
+    with open(path, encoding="utf-8") as handle:
+        return sum(1 for line in handle if line.strip())
+
+
+def sha256_of(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

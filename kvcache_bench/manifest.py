@@ -7,11 +7,12 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .io import write_json_atomic
+from .io import count_records, sha256_of, write_json_atomic
 
 TRACKED_PACKAGES = (
     "torch",
@@ -29,7 +30,23 @@ TRACKED_PACKAGES = (
 )
 
 # Never let a credential reach an output, even if a caller passes the environment or a config through.
-SECRET_KEY_MARKERS = ("token", "secret", "password", "api_key")
+# Judged by name (a key that names a credential; not every key containing "token": max_new_tokens is a
+# setting) and by value (the shapes of common tokens, and the value of any secret-named variable set in
+# the environment, wherever it appears).
+SECRET_KEY_PATTERN = re.compile(
+    r"^(?:[a-z0-9]+_)*(?:token|secret|password|passwd|passphrase|api_?key|credentials?|private_key)$"
+    r"|secret|password|api_?key|credential",
+    re.IGNORECASE,
+)
+NOT_SECRET_KEYS = frozenset({"pad_token", "bos_token", "eos_token", "unk_token", "sep_token", "cls_token", "mask_token"})
+SECRET_VALUE_PATTERN = re.compile(
+    r"\bhf_[A-Za-z0-9]{20,}"  # Hugging Face
+    r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|\bsk-[A-Za-z0-9_-]{20,}"  # OpenAI-style API keys
+    r"|\bxox[abposr]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|\bAKIA[0-9A-Z]{16}\b"  # AWS access key ids
+)
+REDACTED = "<redacted>"
 
 
 def manifest_path_for(output: str | os.PathLike) -> Path:
@@ -37,19 +54,38 @@ def manifest_path_for(output: str | os.PathLike) -> Path:
 
 
 def config_hash(params: dict) -> str:
-    """Stable hash of the parameters that determined an output (key order does not matter)."""
+    """Stable hash of every parameter that determined an output (key order does not matter).
+
+    Secrets are redacted before hashing: they decide whether a download is allowed, never what it holds.
+    """
     canonical = json.dumps(scrub_secrets(params), sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
-def scrub_secrets(obj):
+def is_secret_key(key) -> bool:
+    name = str(key).lower()
+    return name not in NOT_SECRET_KEYS and bool(SECRET_KEY_PATTERN.search(name))
+
+
+def secret_values_in_environment() -> list[str]:
+    """Values of the environment's secret-named variables (HF_TOKEN, ...), longest first."""
+    values = {value for name, value in os.environ.items() if is_secret_key(name) and len(value) >= 8}
+    return sorted(values, key=len, reverse=True)
+
+
+def scrub_secrets(obj, _environment_secrets: list[str] | None = None):
+    environment_secrets = secret_values_in_environment() if _environment_secrets is None else _environment_secrets
     if isinstance(obj, dict):
         return {
-            key: ("<redacted>" if any(m in str(key).lower() for m in SECRET_KEY_MARKERS) else scrub_secrets(value))
+            key: (REDACTED if is_secret_key(key) else scrub_secrets(value, environment_secrets))
             for key, value in obj.items()
         }
     if isinstance(obj, (list, tuple)):
-        return [scrub_secrets(item) for item in obj]
+        return [scrub_secrets(item, environment_secrets) for item in obj]
+    if isinstance(obj, str):
+        for secret in environment_secrets:
+            obj = obj.replace(secret, REDACTED)
+        return SECRET_VALUE_PATTERN.sub(REDACTED, obj)
     return obj
 
 
@@ -118,6 +154,45 @@ def build_manifest(outputs: list[str], params: dict, seed: int | None, extra: di
 
 
 def write_manifest(output: str | os.PathLike, params: dict, seed: int | None = None, extra: dict | None = None) -> Path:
+    """The manifest beside ``output``, with the file's checksum (and, for JSONL, its record count)."""
     path = manifest_path_for(output)
-    write_json_atomic(path, build_manifest([str(output)], params, seed, extra))
+    manifest = build_manifest([str(output)], params, seed, extra)
+    if Path(output).is_file():
+        manifest["content"] = content_facts(output)
+    write_json_atomic(path, manifest)
     return path
+
+
+class ManifestMismatchError(RuntimeError):
+    """An input is not the file its manifest describes: it was edited, cut or replaced after it was written."""
+
+
+def content_facts(path: str | os.PathLike) -> dict:
+    facts = {"sha256": sha256_of(path)}
+    if str(path).endswith(".jsonl"):
+        facts["records"] = count_records(path)
+    return facts
+
+
+def verify_against_manifest(path: str | os.PathLike) -> dict:
+    """Refuse a file that is not byte for byte what its producing job wrote; return its manifest."""
+    manifest_path = manifest_path_for(path)
+    remedy = f"Delete it to have the pipeline regenerate it:\n  rm {path} {manifest_path}"
+    if not manifest_path.exists():
+        raise ManifestMismatchError(f"{path} has no manifest ({manifest_path}), so nothing proves how it was made. {remedy}")
+    manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+    expected = manifest.get("content")
+    if not expected:
+        raise ManifestMismatchError(f"{path}: its manifest records no checksum (written by an older version). {remedy}")
+    found = content_facts(path)
+    if found != expected:
+        def describe(facts):
+            records = f"{facts['records']} records, " if "records" in facts else ""
+            return f"{records}sha256 {facts['sha256'][:12]}"
+
+        raise ManifestMismatchError(
+            f"{path} is not the file its manifest describes: the manifest says {describe(expected)}, "
+            f"the file has {describe(found)}. It was changed after it was written (edited, cut or copied over); "
+            f"refusing to use it. {remedy}"
+        )
+    return manifest

@@ -1,5 +1,6 @@
 # Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
 
+import os
 import re
 import sys
 
@@ -12,8 +13,18 @@ from kvcache_bench.workflow import export_package_path
 export_package_path(workflow.basedir)
 
 from kvcache_bench.checks import Cell, problems_with
+from kvcache_bench.config_checks import (
+    RETENTION_WILDCARD,
+    check_study_config,
+    lock_holder_warning,
+    remote_code_warning,
+    retention_label,
+)
+from kvcache_bench.data import synthetic_row_count
 from kvcache_bench.methods import retentions_for
 from kvcache_bench.prompts import max_new_tokens_for
+
+check_study_config(config, os.getcwd())
 
 SEED = config["seed"]
 GENERATION = config.get("generation", {})
@@ -33,7 +44,7 @@ BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
 
 
 wildcard_constraints:
-    retention=r"\d\.\d\d",
+    retention=RETENTION_WILDCARD,
     batch_size=r"\d+",
     decode_batch_size=r"\d+",
     question_mode="question_aware|question_agnostic",
@@ -71,7 +82,7 @@ def requested_cells():
                                             model=model,
                                             method=method,
                                             question_mode=mode,
-                                            retention=f"{retention:.2f}",
+                                            retention=retention_label(retention),
                                             batch_size=str(batch_size),
                                             decode_batch_size=str(decode_batch_size),
                                         )
@@ -101,6 +112,17 @@ def refused_checks():
     ]
 
 
+def announce_before_any_job():
+    """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
+    if not workflow.is_main_process:
+        return
+    cells = [Cell(**table_cell(cell)) for cell in requested_cells()]
+    refusals = [f"refused target {cell.target}: {'; '.join(problems)}" for cell in cells if (problems := problems_with(cell))]
+    warnings = [lock_holder_warning("."), *(remote_code_warning(model, name) for name, model in config["models"].items())]
+    for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
+        print(line, file=sys.stderr)
+
+
 def cell_path(stage, cell, suffix):
     return f"results/{stage}/{CELL_PATTERN.format(**cell)}{suffix}"
 
@@ -108,9 +130,7 @@ def cell_path(stage, cell, suffix):
 def expected_examples(cell):
     dataset_cfg = config["datasets"][cell["dataset"]]
     if dataset_cfg["source"] == "synthetic":
-        synthetic = dataset_cfg.get("synthetic", {})
-        available = synthetic.get("n_documents", 1) * synthetic.get("questions_per_document", 1)
-        return min(available, dataset_cfg.get("num_examples") or available)
+        return dataset_cfg.get("num_examples") or synthetic_row_count(dataset_cfg.get("synthetic", {}))
     return dataset_cfg.get("num_examples")
 
 
@@ -131,7 +151,8 @@ def figure_files():
 
 
 def final_outputs():
-    return refused_checks() + table_files() + figure_files()
+    """With no accepted cell there is nothing to tabulate: only the refused checks, which fail naming why."""
+    return refused_checks() + (table_files() + figure_files() if study_cells() else [])
 
 
 # ----------------------------------------------------------------------------- per-rule params
@@ -204,3 +225,35 @@ def wildcard_int(name):
         return int(wildcards[name])
 
     return convert
+
+
+announce_before_any_job()
+
+
+# ----------------------------------------------------------------------------- probes (rules/probes.smk)
+
+
+def probe_setting(section, key):
+    def lookup(wildcards):
+        return config["probes"][section].get(key)
+
+    return lookup
+
+
+def padding_probe_rows(wildcards):
+    padding = config["probes"]["padding"]
+    return [f"results/data/{dataset}/{padding['task']}.jsonl" for dataset in padding["datasets"]]
+
+
+def probe_outputs():
+    """What `snakemake probes` makes: nothing unless the config has a probes section."""
+    probes = config.get("probes", {})
+    outputs = []
+    for model in config["models"]:
+        if "attention_sink" in probes:
+            sink = probes["attention_sink"]
+            outputs.append(f"results/probes/{sink['dataset']}/{sink['task']}/{model}/attention_sink.json")
+        if "padding" in probes:
+            padding = probes["padding"]
+            outputs += [f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]]
+    return outputs

@@ -26,7 +26,7 @@ def requested_perf_cells():
                                 model=model,
                                 method=method,
                                 question_mode="question_aware",
-                                retention=f"{retention:.2f}",
+                                retention=retention_label(retention),
                                 batch_size=str(batch_size),
                                 decode_batch_size="1",
                                 context=str(context),

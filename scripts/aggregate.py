@@ -2,12 +2,14 @@
 
 from kvcache_bench.aggregate import build_summary, per_example_frame, summary_markdown
 from kvcache_bench.io import atomic_path, write_text_atomic
-from kvcache_bench.manifest import write_manifest
+from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
     score_files, cells = list(job.input.scores), job.params.cells
+    for score_file in score_files:
+        verify_against_manifest(score_file)
     summary = build_summary(
         score_files, cells, job.params.expected_n,
         seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples,

@@ -1,12 +1,16 @@
 """Snakemake adapter: score one predictions file with its task's LongBench metric, per example."""
 
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
-from kvcache_bench.manifest import write_manifest
+from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.metrics import score_records
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
+    predictions = verify_against_manifest(job.input.predictions)
     scores = score_records(job.params.task, read_jsonl(job.input.predictions))
     write_jsonl_atomic(job.output.scores, scores)
-    write_manifest(job.output.scores, params_of(job), None, extra={"records": len(scores)})
+    write_manifest(
+        job.output.scores, params_of(job), None,
+        extra={"records": len(scores), "predictions_sha256": predictions["content"]["sha256"]},
+    )

@@ -98,3 +98,8 @@ def smollm2_tokenizer():
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(os.environ.get("KVCACHE_BENCH_SMOLLM2_TOKENIZER", "/tmp/smoltok"))
+
+
+@pytest.fixture(scope="session")
+def smollm2_model_dir():
+    return os.environ.get("KVCACHE_BENCH_SMOLLM2_DIR", "/tmp/smol-model")

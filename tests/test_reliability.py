@@ -16,6 +16,7 @@ import yaml
 
 from conftest import REPO, run_snakemake, write_config
 from kvcache_bench.io import atomic_path, read_jsonl, write_jsonl_atomic
+from kvcache_bench.manifest import write_manifest
 from kvcache_bench.methods import compression_ratio_for, retentions_for
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
@@ -101,6 +102,7 @@ def test_killed_generate_job_leaves_no_predictions_file(demo_run, tmp_path):
     rows = read_jsonl(demo_run / "results/data/synthetic/synthetic_qa.jsonl")
     many = tmp_path / "rows.jsonl"
     total = write_jsonl_atomic(many, [{**r, "_id": f"{r['_id']}-{k}"} for k in range(40) for r in rows])
+    write_manifest(many, {"rows": "40 copies of the demo's rows"})  # generate refuses data its manifest does not describe
     output = tmp_path / "out" / "predictions.jsonl"
     log = tmp_path / "generate.log"
     params = {

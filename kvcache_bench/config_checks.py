@@ -1,0 +1,149 @@
+"""Checks of the whole study config when the workflow is parsed, before any job runs.
+
+Each guards against an input that used to change what was measured without a word: a retention
+rounded in its path, method_kwargs filed under a name no method has, a model path that does not exist
+(reported once per job, as a malformed hub id). The per-target check (batching with eviction, ...)
+stays in ``checks.py``; this module judges what only the whole config can tell.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+from decimal import Decimal
+from pathlib import Path
+
+from .methods import METHODS
+
+# Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
+RETENTION_WILDCARD = r"[01]\.\d\d+"  # no braces: Snakemake reads them as wildcards
+HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+
+
+class StudyConfigError(ValueError):
+    pass
+
+
+def retention_label(retention: float) -> str:
+    """The retention as paths spell it: 0.5 -> "0.50", 0.125 -> "0.125"; ``float(label) == retention`` always.
+
+    Jobs read their retention back from the path, so the label must name exactly one float: two decimals
+    when they are exact, otherwise the shortest decimal that reads back as the same float (never an exponent).
+    """
+    value = float(retention)
+    two_decimals = f"{value:.2f}"
+    if float(two_decimals) == value:
+        return two_decimals
+    return format(Decimal(repr(value)), "f")
+
+
+def method_kwargs_problems(config: dict) -> list[str]:
+    """kwargs under a name no method has are never used (a typo runs the method with kvpress's defaults): refuse
+    them, and compression_ratio. kwargs of a known method this study does not run are harmless and allowed."""
+    configured = list(dict.fromkeys(list(config["methods"]) + list((config.get("perf") or {}).get("methods") or [])))
+    problems = []
+    for name, kwargs in (config.get("method_kwargs") or {}).items():
+        if name not in METHODS:
+            close = difflib.get_close_matches(name, configured, n=1) or difflib.get_close_matches(name, list(METHODS), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            problems.append(
+                f"method_kwargs names {name!r}, which is not a method (this study runs: {', '.join(configured)}); "
+                f"its settings would be ignored.{hint}"
+            )
+        if "compression_ratio" in (kwargs or {}):
+            problems.append(
+                f"method_kwargs.{name} sets compression_ratio: how much cache each cell keeps is set by `retentions` "
+                "(the fraction KEPT; kvpress's compression_ratio is the fraction dropped), one cell per retention. Remove it."
+            )
+    return problems
+
+
+def _looks_local(path: str, workdir: Path) -> bool:
+    """A path a user meant as a folder: rooted, relative by dots or ~, deeper than org/name, or under a folder that exists here."""
+    if path.startswith(("/", "./", "../", "~")) or path.count("/") >= 2 or "\\" in path:
+        return True
+    first = path.split("/", 1)[0]
+    return "/" in path and (workdir / first).is_dir()
+
+
+def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[str]:
+    """Tell a local model folder from a hub id, and say plainly when the folder is not there."""
+    workdir = Path(workdir)
+    problems = []
+    for name, settings in models.items():
+        if settings.get("build"):
+            continue  # the workflow builds it (rule build_demo_model)
+        path = settings["path"]
+        local = Path(os.path.expanduser(path))
+        local = local if local.is_absolute() else workdir / local
+        where = f"models.{name}.path {path!r}"
+        if local.exists():
+            if not local.is_dir():
+                problems.append(f"{where} is a file; a model path is a directory holding config.json and the weights")
+            elif not (local / "config.json").is_file():
+                problems.append(f"{where} is a directory without config.json, so not a Hugging Face model folder")
+        elif _looks_local(path, workdir):
+            problems.append(
+                f"{where} is a local directory that does not exist ({local}). Fix the path, or give a hub id "
+                "(org/name, e.g. meta-llama/Llama-3.1-8B-Instruct)."
+            )
+        elif not HUB_ID.match(path):
+            problems.append(f"{where} is neither an existing directory nor a hub id of the form org/name")
+    return problems
+
+
+def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
+    return method_kwargs_problems(config) + model_path_problems(config["models"], workdir)
+
+
+def check_study_config(config: dict, workdir: str | os.PathLike = ".") -> None:
+    problems = study_config_problems(config, workdir)
+    if problems:
+        raise StudyConfigError("the study config is refused before any job runs:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
+def remote_code_files(path: str | os.PathLike) -> list[str]:
+    """The Python a model folder would run with trust_remote_code: its .py files and its config's auto_map."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return []
+    files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*.py"))
+    config_file = folder / "config.json"
+    if config_file.is_file():
+        auto_map = json.loads(config_file.read_text(encoding="utf-8")).get("auto_map") or {}
+        for reference in auto_map.values():
+            for item in reference if isinstance(reference, list) else [reference]:
+                if item:
+                    files.append(f"auto_map: {item}")
+    return files
+
+
+def remote_code_warning(settings: dict, name: str | None = None) -> str | None:
+    """A warning naming the model and the code it runs, when trust_remote_code is on; None otherwise."""
+    if not settings.get("trust_remote_code"):
+        return None
+    path = settings["path"]
+    files = remote_code_files(path)
+    if files:
+        code = ", ".join(files)
+    elif Path(path).is_dir():
+        code = "no .py file and no auto_map: nothing to run, so trust_remote_code can be false"
+    else:
+        code = "whatever the hub repository's config auto_map names, downloaded at load time"
+    model = f"models.{name}" if name else f"model {path!r}"
+    return f"{model} has trust_remote_code: true, so loading {path!r} runs that model's own Python code ({code})"
+
+
+def lock_holder_warning(workdir: str | os.PathLike = ".") -> str | None:
+    """Another Snakemake run's locks in this directory: its outputs look incomplete only because it is writing them."""
+    locks = sorted(Path(workdir, ".snakemake", "locks").glob("*.lock"))
+    if not locks:
+        return None
+    return (
+        "another Snakemake run holds this working directory (lock files in .snakemake/locks). "
+        "Files it is writing will be reported as incomplete: do NOT --rerun-incomplete them. Wait for it to "
+        "finish, or run the second study from its own copy of the workflow. If no other run is "
+        "alive (it was killed), remove its lock with `snakemake --unlock` first."
+    )

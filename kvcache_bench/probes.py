@@ -1,0 +1,124 @@
+"""Probes of a real model that explain its compression numbers: does it lean on an attention sink, and
+does the published padding collapse happen to it?
+
+* ``attention_on_first_position``: per layer, the mean attention weight that queries put on position 0.
+  StreamingLLM keeps the first positions because many models park attention there (a "sink"); a model
+  that does not is hurt less by losing them, and a batching harness whose first positions are pads
+  (left padding) hurts it less.
+* ``padding_effect``: the same harness (``model.generate`` under the press, question-aware) at batch 1
+  and on left-padded batches, so the only difference is the padding the press ranks alongside the text.
+  ``checks.py`` refuses this configuration in the study; here it is measured on purpose.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .engine import decode_answer, generate_padded_batch, stop_token_ids
+from .methods import build_press
+from .metrics import score_example
+from .prompts import build_prompt_tokens
+
+
+@torch.inference_mode()
+def attention_on_first_position(model, token_ids: list[int]) -> list[float]:
+    """Mean attention weight on position 0, per layer, over heads and every query but position 0 itself.
+
+    The model must run eager attention (the only implementation that returns attention weights).
+    """
+    outputs = model(input_ids=torch.tensor([token_ids], device=model.device), output_attentions=True, use_cache=False)
+    return [float(layer[0, :, 1:, 0].mean()) for layer in outputs.attentions]
+
+
+def attention_sink_report(model, tokenizer, rows: list[dict], task: str, max_context_tokens: int) -> dict:
+    """Per-layer attention on position 0, averaged over ``rows``' prompts (as the engine builds them)."""
+    per_row, lengths = [], []
+    for row in rows:
+        prompt = build_prompt_tokens(tokenizer, task, row["context"], row["input"], max_context_tokens, row.get("answer_prefix") or "")
+        per_row.append(attention_on_first_position(model, prompt.context_ids + prompt.question_ids))
+        lengths.append(prompt.length)
+    layers = len(per_row[0])
+    per_layer = [sum(r[layer] for r in per_row) / len(per_row) for layer in range(layers)]
+    # Early layers attend locally and the last ones to the answer: the middle of the stack says whether
+    # the model parks attention on its first token.
+    first, last = layers // 6, layers - layers // 6
+    middle = per_layer[first:last]
+    # What position 0 would get if every query spread its attention evenly over the keys it can see.
+    uniform = sum(sum(1 / (q + 1) for q in range(1, n)) / (n - 1) for n in lengths) / len(lengths)
+    return {
+        "task": task,
+        "examples": len(rows),
+        "prompt_tokens": lengths,
+        "layers": layers,
+        "mean_attention_on_position_0_per_layer": [round(x, 4) for x in per_layer],
+        "mean_attention_on_position_0_middle_layers": round(sum(middle) / len(middle), 4),
+        "middle_layers": [first, last - 1],
+        "if_attention_were_uniform": round(uniform, 4),
+    }
+
+
+def interleave_by_length(rows_by_source: list[list[dict]]) -> list[dict]:
+    """Rows from several sources (e.g. 1k- and 2k-token sets) alternated, so each batch mixes lengths:
+    a batch of equal lengths has no padding to go wrong."""
+    mixed = []
+    for group in zip(*rows_by_source):
+        mixed.extend(group)
+    return mixed
+
+
+def padding_effect(
+    model,
+    tokenizer,
+    rows: list[dict],
+    *,
+    task: str,
+    method: str,
+    retention: float,
+    batch_size: int,
+    max_new_tokens: int,
+    max_context_tokens: int,
+    method_kwargs: dict | None = None,
+    seed: int = 0,
+) -> dict:
+    """Answers of the batching harness at batch 1 and on left-padded batches of ``batch_size``."""
+    prompts = [
+        build_prompt_tokens(tokenizer, task, r["context"], r["input"], max_context_tokens, r.get("answer_prefix") or "")
+        for r in rows
+    ]
+    stop_ids = stop_token_ids(model, tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+    def answers_at(size: int) -> list[str]:
+        torch.manual_seed(seed)
+        press = build_press(method, retention, method_kwargs, seed=seed)
+        answers = []
+        for start in range(0, len(prompts), size):
+            chunk = prompts[start : start + size]
+            for generation in generate_padded_batch(model, chunk, press, pad_id, max_new_tokens, stop_ids):
+                answers.append(decode_answer(tokenizer, generation.token_ids))
+        return answers
+
+    def mean_score(answers: list[str]) -> float:
+        return round(100 * sum(score_example(task, a, r["answers"]) for a, r in zip(answers, rows)) / len(rows), 2)
+
+    alone, padded = answers_at(1), answers_at(batch_size)
+    pads = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        width = max(p.length for p in chunk)
+        pads.extend(width - p.length for p in chunk)
+    return {
+        "task": task,
+        "method": method,
+        "retention": retention,
+        "batch_size": batch_size,
+        "examples": len(rows),
+        "changed_answers": sum(a != b for a, b in zip(alone, padded)),
+        "score_batch_1": mean_score(alone),
+        "score_padded_batch": mean_score(padded),
+        "pad_tokens_per_row": pads,
+        "answers": [
+            {"id": r["_id"], "batch_1": a, "padded_batch": b, "references": r["answers"]}
+            for r, a, b in zip(rows, alone, padded)
+        ],
+    }

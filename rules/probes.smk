@@ -1,0 +1,52 @@
+# Probes of a real model (opt-in: `snakemake probes --configfile config/smollm2.yaml`): does it lean on
+# an attention sink, and does the published padding collapse happen to it? See kvcache_bench/probes.py.
+
+
+rule probes:
+    input:
+        probe_outputs(),
+
+
+rule probe_attention_sink:
+    input:
+        unpack(built_model_inputs),
+        rows="results/data/{dataset}/{task}.jsonl",
+    output:
+        report="results/probes/{dataset}/{task}/{model}/attention_sink.json",
+        manifest="results/probes/{dataset}/{task}/{model}/attention_sink.json.manifest.json",
+    log:
+        "logs/probe_attention_sink/{dataset}/{task}/{model}.log",
+    params:
+        task="{task}",
+        model=model_settings,
+        examples=probe_setting("attention_sink", "examples"),
+        seed=SEED,
+    conda:
+        "../envs/generate.yaml"
+    script:
+        "../scripts/probe_attention_sink.py"
+
+
+rule probe_padding:
+    input:
+        unpack(built_model_inputs),
+        rows=padding_probe_rows,
+    output:
+        report="results/probes/padding/{task}/{model}/{method}.json",
+        manifest="results/probes/padding/{task}/{model}/{method}.json.manifest.json",
+    log:
+        "logs/probe_padding/{task}/{model}/{method}.log",
+    params:
+        task="{task}",
+        model=model_settings,
+        method="{method}",
+        retention=probe_setting("padding", "retention"),
+        batch_size=probe_setting("padding", "batch_size"),
+        examples_per_dataset=probe_setting("padding", "examples_per_dataset"),
+        max_new_tokens=max_new_tokens,
+        method_kwargs=method_kwargs,
+        seed=SEED,
+    conda:
+        "../envs/generate.yaml"
+    script:
+        "../scripts/probe_padding.py"

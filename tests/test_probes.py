@@ -1,0 +1,52 @@
+"""The real-model probes: attention on position 0 (a sink or not), and padding as the only difference
+between the batching harness at batch 1 and on left-padded batches."""
+
+import pytest
+import torch
+
+from kvcache_bench.engine import load_model, load_tokenizer
+from kvcache_bench.probes import attention_on_first_position, attention_sink_report, interleave_by_length, padding_effect
+from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
+from tests.test_kvpress_parity import ANSWER_PREFIX, QUESTION, haystack
+
+
+def needle_rows(sentence_counts):
+    return [
+        {"_id": f"row-{n}", "context": haystack(n, needle_at=n // 2), "input": QUESTION, "answer_prefix": ANSWER_PREFIX, "answers": ["lantern"]}
+        for n in sentence_counts
+    ]
+
+
+def test_attention_on_position_0_is_each_layers_mean_weight_on_the_first_key():
+    model = tiny_llama(vocab_size=256, seed=0, attn_implementation="eager")
+    ids = random_prompt_ids(40, seed=3)
+    per_layer = attention_on_first_position(model, ids)
+    with torch.inference_mode():
+        attentions = model(input_ids=torch.tensor([ids]), output_attentions=True).attentions
+    assert len(per_layer) == model.config.num_hidden_layers
+    # query 0 can only see key 0 (weight 1): it is left out, or every model would look like a sink
+    expected = [float(a[0, :, 1:, 0].mean()) for a in attentions]
+    assert per_layer == pytest.approx(expected)
+    assert all(0 < x < 1 for x in per_layer)
+
+
+@pytest.fixture(scope="module")
+def smollm2_eager(smollm2_model_dir):
+    return load_model(smollm2_model_dir, "float32", "eager", torch.device("cpu")), load_tokenizer(smollm2_model_dir)
+
+
+def test_smollm2_parks_attention_on_its_first_token(smollm2_eager):
+    model, tokenizer = smollm2_eager
+    report = attention_sink_report(model, tokenizer, needle_rows([6]), "niah_single_1", 100_000)
+    assert report["mean_attention_on_position_0_middle_layers"] > 10 * report["if_attention_were_uniform"]
+
+
+def test_left_padding_changes_compressed_answers_and_nothing_else(smollm2_eager):
+    model, tokenizer = smollm2_eager
+    rows = interleave_by_length([needle_rows([2, 3]), needle_rows([9, 10])])
+    assert [r["_id"] for r in rows] == ["row-2", "row-9", "row-3", "row-10"]
+    kwargs = dict(task="niah_single_1", batch_size=4, max_new_tokens=6, max_context_tokens=100_000)
+    full = padding_effect(model, tokenizer, rows, method="full_cache", retention=1.0, **kwargs)
+    assert max(full["pad_tokens_per_row"]) > 100 and full["changed_answers"] == 0  # padding alone moves nothing
+    streaming = padding_effect(model, tokenizer, rows, method="streaming_llm", retention=0.5, **kwargs)
+    assert streaming["changed_answers"] >= 1  # its kept "sink" positions are the pads of the short rows
