@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engine import Generation, cache_lengths, greedy_decode, prefill, prefill_example
+from .caches import default_cache
+from .engine import Generation, greedy_decode
+from .loading import synchronize
+from .prefill import prefill, prefill_example, prefill_shared_context
 from .prompts import PromptTokens
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
@@ -78,22 +81,11 @@ def _stacking_obstacle(model, cache) -> str | None:
     return None
 
 
-def _dynamic_cache():
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def _synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 @torch.inference_mode()
-def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, make_cache=_dynamic_cache) -> PrefilledPrompt:
+def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, make_cache=default_cache) -> PrefilledPrompt:
     """Prefill (and compress) one example alone: no other example's tokens reach the press.
 
-    question_aware: context + question pressed together but the last token (engine.prefill_example).
+    question_aware: context + question pressed together but the held-back tail (prefill.prefill_example).
     question_agnostic: the context is pressed, then the question is appended uncompressed at its original
     positions. Raises ValueError for a cache that
     cannot be stacked into a batch.
@@ -101,7 +93,7 @@ def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, mak
     start = time.perf_counter()
     cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
     prefilled = prefilled_from_cache(model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed)
-    _synchronize(model.device)
+    synchronize(model.device)
     prefilled.seconds = time.perf_counter() - start
     return prefilled
 
@@ -124,31 +116,15 @@ def prefilled_from_cache(
     )
 
 
-@torch.inference_mode()
-def prefill_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
-    """Question-agnostic prefill of several questions on one context: compress the context once.
-
-    After each question the cache is cut back to the compressed context, so every question sees exactly
-    what compressing the context for it alone would give. The compression's time is shared equally.
-    """
-    from transformers import DynamicCache
-
-    start = time.perf_counter()
-    cache = DynamicCache()
-    context_logits = prefill(model, cache, context_ids, press)
-    compressed = cache_lengths(cache)
-    kept = sum(compressed) / len(compressed)
-    _synchronize(model.device)
-    compress_seconds = (time.perf_counter() - start) / max(1, len(questions))
+def prefilled_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
+    """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``), one snapshot per question."""
     prefilled = []
-    for question_ids in questions:
+    for question_ids, (cache, logits, kept, seconds) in zip(questions, prefill_shared_context(model, context_ids, questions, press)):
         started = time.perf_counter()
-        for layer, length in zip(cache.layers, compressed):
-            layer.crop(length)
-        logits = prefill(model, cache, question_ids, None, len(context_ids)) if question_ids else context_logits
+        # a copy: the cache is rolled back for the next question
         snapshot = prefilled_from_cache(model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids))
-        _synchronize(model.device)
-        snapshot.seconds = compress_seconds + time.perf_counter() - started
+        synchronize(model.device)
+        snapshot.seconds = seconds + time.perf_counter() - started
         prefilled.append(snapshot)
     return prefilled
 
@@ -168,11 +144,11 @@ def generate_shared_contexts_together(
     prefilled: list[PrefilledPrompt] = []
     sizes: list[int] = []
     for group in groups:
-        prefilled += prefill_shared_context(model, group[0].context_ids, [p.question_ids for p in group], press)
+        prefilled += prefilled_shared_context(model, group[0].context_ids, [p.question_ids for p in group], press)
         sizes += [len(group)] * len(group)
     start = time.perf_counter()
     outputs = decode_together(model, prefilled, max_new_tokens, stop_ids, min_new_tokens)
-    _synchronize(model.device)
+    synchronize(model.device)
     share = (time.perf_counter() - start) / len(prefilled)
     generations = [
         Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens, size)
@@ -488,7 +464,7 @@ def generate_prefill_one_decode_many(
     stop_ids: set[int],
     decode_batch_size: int,
     min_new_tokens: int = 0,
-    make_cache=_dynamic_cache,
+    make_cache=default_cache,
     memory_budget_bytes: float | None = None,
 ) -> tuple[list[Generation], DecodePath]:
     """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
@@ -513,7 +489,7 @@ def generate_prefill_one_decode_many(
             return
         start = time.perf_counter()
         outputs = decode_together(model, [p for _, p in pending], max_new_tokens, stop_ids, min_new_tokens)
-        _synchronize(model.device)
+        synchronize(model.device)
         share = (time.perf_counter() - start) / len(pending)
         for (index, p), token_ids in zip(pending, outputs):
             generations[index] = Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens)
@@ -533,13 +509,13 @@ def generate_prefill_one_decode_many(
                 if held_back:  # what prefill_example would have run
                     last_logits = prefill(model, cache, held_back, None, start_position=pressed)
             token_ids = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
-            _synchronize(model.device)
+            synchronize(model.device)
             generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
             largest_batch = max(largest_batch, 1)
             continue
         prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back)
         del cache
-        _synchronize(model.device)
+        synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start
         row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
         if pending and pending_bytes + row_bytes > budget:

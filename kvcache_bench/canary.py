@@ -1,6 +1,6 @@
 """The canary's report card: what each compression setting costs it, measured by the engine itself.
 
-A held-out synthetic set (a seed training never uses) goes through ``engine.run_cell`` for batch-1 cells
+A held-out synthetic set (a seed training never uses) goes through ``cell.run_cell`` for batch-1 cells
 and through ``engine.generate_padded_batch`` for the padding-unaware batched harness that ``checks.py``
 refuses, so the published padding collapse can be reproduced offline. tests/test_canary.py asserts the
 targets on these numbers; tools/gpu/train_canary_sweep.sh prints them right after training.
@@ -80,7 +80,8 @@ def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
 
 def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu") -> list[str]:
     """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
-    from .engine import ModelSettings, run_cell
+    from .cell import run_cell
+    from .loading import ModelSettings
 
     model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
     kwargs = METHOD_KWARGS.get(setting.method, {})
@@ -106,7 +107,8 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
     import torch
 
-    from .engine import decode_answer, generate_padded_batch, load_model, load_tokenizer, pick_device, stop_token_ids
+    from .engine import decode_answer, generate_padded_batch
+    from .loading import load_model, load_tokenizer, pick_device, stop_token_ids
     from .methods import build_press
     from .prompts import build_prompt_tokens
 

@@ -352,7 +352,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     """
     from transformers import DynamicCache
 
-    from .engine import mean_cache_length
+    from .caches import mean_cache_length
 
     if new_tokens < 1:
         raise ValueError("new_tokens must be >= 1")
@@ -366,7 +366,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     clock.finish()
     wall_start = time.perf_counter()
     start = clock.mark()
-    # As the engine (engine.prefill_example): the press sees the prompt but its last token, which then runs
+    # As the engine (prefill.prefill_example): the press sees the prompt but its last token, which then runs
     # on the compressed cache, so the first token is timed and chosen the way the quality runs choose it.
     with press(model) if press is not None else contextlib.nullcontext():
         before = clock.mark()
@@ -564,7 +564,7 @@ def run_perf_job(
     Returns the records and the job's own accounting: load time, total time, and the share of the
     measured runs' wall time spent outside the model's forward calls.
     """
-    from .engine import load_model, load_tokenizer, pick_device
+    from .loading import load_model, load_tokenizer, pick_device
     from .methods import attention_implementation_for
 
     job_start = time.perf_counter()

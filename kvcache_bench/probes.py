@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from .engine import decode_answer, generate_padded_batch, stop_token_ids
+from .engine import decode_answer, generate_padded_batch
+from .loading import stop_token_ids
 from .methods import build_press
 from .metrics import score_example
 from .prompts import build_prompt_tokens

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 
 from .data import MAX_ANSWER_WORDS, make_synthetic_document, synthetic_question, synthetic_vocabulary
-from .engine import pick_device
+from .loading import pick_device
 from .io import write_text_atomic
 from .prompts import PROMPTS, split_prompt
 

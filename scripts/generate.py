@@ -5,7 +5,8 @@ import logging
 import torch
 
 from kvcache_bench.config_checks import remote_code_warning
-from kvcache_bench.engine import ModelSettings, run_cell
+from kvcache_bench.cell import run_cell
+from kvcache_bench.loading import ModelSettings
 from kvcache_bench.gpus import pin_gpus_for_job
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest

@@ -2,7 +2,7 @@
 
 import torch
 
-from kvcache_bench.engine import load_model, load_tokenizer, pick_device
+from kvcache_bench.loading import load_model, load_tokenizer, pick_device
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.probes import attention_sink_report

@@ -72,21 +72,11 @@ def batched(model, prompts, method, question_aware, decode_batch_size, stop_ids=
     return [g.token_ids for g in generations], path
 
 
-def _pre_issue3_engine_cannot(method: str, question_aware: bool) -> bool:
-    # The engine before the shared-context rewrite appends the question as one block, which fails on
-    # layers of unequal length (PyramidKV); the rewritten engine appends it token by token, as we do.
-    return method == "pyramidkv" and not question_aware and not hasattr(engine, "prefill")
-
-
 @pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
 @pytest.mark.parametrize("method", BATCHABLE_METHODS)
 def test_decode_batches_match_the_batch_one_engine(method, question_aware):
     model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
     prompts = random_prompts()
-    if _pre_issue3_engine_cannot(method, question_aware):
-        with pytest.raises(RuntimeError):
-            engine_tokens(model, prompts, method, question_aware)
-        pytest.xfail("reference engine cannot run PyramidKV question-agnostic before the issue-3 merge")
     expected = engine_tokens(model, prompts, method, question_aware)
     for decode_batch_size in (1, 3, 8):
         tokens, path = batched(model, prompts, method, question_aware, decode_batch_size)
@@ -159,14 +149,14 @@ def test_h200_script_runs_tiny_on_cpu(tmp_path):
 
 @pytest.mark.parametrize("method", ["snapkv", "knorm"])
 def test_shared_context_compressed_once_decodes_like_each_question_alone(method):
-    from kvcache_bench.batched_decode import decode_together, prefill_shared_context
+    from kvcache_bench.batched_decode import decode_together, prefilled_shared_context
 
     model = demo_shaped_llama("sdpa")
     context = random_prompts([(250, 0)])[0].context_ids
     questions = [q.question_ids for q in random_prompts([(1, 6), (1, 15), (1, 9)], seed=7)]
     prompts = [PromptTokens(context, q, False, len(context) + len(q)) for q in questions]
     expected = engine_tokens(model, prompts, method, question_aware=False)
-    prefilled = prefill_shared_context(model, context, questions, press_for(method))
+    prefilled = prefilled_shared_context(model, context, questions, press_for(method))
     assert [p.prompt_tokens for p in prefilled] == [len(context) + len(q) for q in questions]
     assert decode_together(model, prefilled, NEW_TOKENS, STOP) == expected
 

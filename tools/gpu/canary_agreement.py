@@ -5,7 +5,7 @@
 
 The canary (resources/canary, trained on seeded synthetic documents, seed 20261130) answers the demo's
 held-out documents (seed 1234, config/demo.yaml's generator settings). Each cell runs through
-engine.run_cell (the generate rule's work) at decode batch 1 and at the default; in fp32 the answers must be
+cell.run_cell (the generate rule's work) at decode batch 1 and at the default; in fp32 the answers must be
 identical (greedy ids agree), in bf16 batched matmuls round differently, so this reports the share of
 identical answers and the score difference. Writes canary_agreement.json.
 """
@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from kvcache_bench.data import make_synthetic_rows, normalise_rows  # noqa: E402
-from kvcache_bench.engine import ModelSettings, run_cell  # noqa: E402
+from kvcache_bench.cell import run_cell  # noqa: E402
+from kvcache_bench.loading import ModelSettings  # noqa: E402
 from kvcache_bench.metrics import score_records, task_score  # noqa: E402
 from kvcache_bench.prompts import max_new_tokens_for  # noqa: E402
 

@@ -5,7 +5,7 @@
 
 Per example, synchronised phases: the bare forward (no press), the forward under the press, the held-back
 last token on the compressed cache, the snapshot for batching; then a torch.profiler table of two
-examples' ``engine.prefill_example``. Writes profile_prefill_h200.txt.
+examples' ``prefill.prefill_example``. Writes profile_prefill_h200.txt.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kvcache_bench.batched_decode import prefilled_from_cache  # noqa: E402
-from kvcache_bench.engine import prefill, prefill_example  # noqa: E402
+from kvcache_bench.prefill import prefill, prefill_example  # noqa: E402
 from kvcache_bench.methods import build_press  # noqa: E402
 from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
 from kvcache_bench.prompts import PromptTokens  # noqa: E402
@@ -53,7 +53,7 @@ def main() -> None:
             torch.cuda.synchronize()
 
     phases = {"bare forward (no press)": [], "forward under snapkv": [], "held-back last token": [],
-              "snapshot for batching": [], "engine.prefill_example total": []}
+              "snapshot for batching": [], "prefill_example total": []}
     held = []
     for index, prompt in enumerate(prompts):
         ids = prompt.context_ids + prompt.question_ids

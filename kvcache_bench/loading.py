@@ -1,0 +1,76 @@
+"""Devices, tokenizers, models and their stop tokens: how every stage loads what it runs."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+LOAD_HELP = (
+    "Could not load {what} from {path!r}: {error}\n"
+    "  * gated weights (meta-llama/...) need a token: export HF_TOKEN=... (read from the environment only);\n"
+    "  * with no network, download the weights elsewhere and set models.<name>.path to the local directory,\n"
+    "    or populate the Hugging Face cache and export HF_HUB_OFFLINE=1."
+)
+
+
+class ModelUnavailableError(RuntimeError):
+    pass
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(requested)
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, token=os.environ.get("HF_TOKEN"))
+    except Exception as error:
+        raise ModelUnavailableError(LOAD_HELP.format(what="the tokenizer", path=path, error=error)) from error
+
+
+def load_model(path: str, dtype: str, attn_implementation: str, device: torch.device, trust_remote_code: bool = False):
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=DTYPES[dtype],
+            attn_implementation=attn_implementation,
+            trust_remote_code=trust_remote_code,
+            token=os.environ.get("HF_TOKEN"),
+        )
+    except Exception as error:
+        raise ModelUnavailableError(LOAD_HELP.format(what="the model", path=path, error=error)) from error
+    return model.to(device).eval()
+
+
+def stop_token_ids(model, tokenizer) -> set[int]:
+    """The model's own end-of-turn tokens (Llama 3.1 lists <|eot_id|> and <|eom_id|> beside EOS)."""
+    configured = model.generation_config.eos_token_id
+    ids = set(configured if isinstance(configured, list) else [configured] if configured is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    path: str
+    dtype: str = "bfloat16"
+    attn_implementation: str = "sdpa"
+    trust_remote_code: bool = False
+    max_context_tokens: int = 127500
+    device: str = "auto"

@@ -1,0 +1,96 @@
+"""Prefill: prompt tokens into a cache, compressing under a press; one example's, or one context's for several questions.
+
+Tokens the press did not see run afterwards on the compressed cache at their ORIGINAL positions, so the
+first answer token never reads the full-attention pass.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import torch
+
+from .caches import CacheCheckpoint, cache_lengths, default_cache, mean_cache_length
+from .loading import synchronize
+from .prompts import PromptTokens
+
+
+def press_context(press, model):
+    return press(model) if press is not None else contextlib.nullcontext()
+
+
+def prefill(model, cache, token_ids: list[int], press=None, start_position: int = 0):
+    """Run ``token_ids`` at positions start_position.. into ``cache`` (compressing if ``press``); last logits."""
+    device = model.device
+    if press is None and len(token_ids) > 1 and len(set(cache_lengths(cache))) > 1:
+        # Layers of unequal length (PyramidKV) break the one causal mask a block of queries needs;
+        # one token at a time needs no mask and computes the same thing.
+        for offset, token in enumerate(token_ids):
+            logits = prefill(model, cache, [token], None, start_position + offset)
+        return logits
+    positions = torch.arange(start_position, start_position + len(token_ids), device=device).unsqueeze(0)
+    with press_context(press, model):
+        outputs = model(
+            input_ids=torch.tensor([token_ids], device=device),
+            past_key_values=cache,
+            position_ids=positions,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    return outputs.logits[:, -1]
+
+
+@torch.inference_mode()
+def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=default_cache, run_held_back: bool = True):
+    """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
+
+    ``run_held_back=False`` stops after the pass under the press (its logits come back, and the tokens
+    it did not see are the prompt's tokens after ``pressed tokens``): batched decoding runs them for a
+    whole decode batch at once.
+
+    Question-aware, the press sees context + question but the held-back tail (the chat template's
+    generation suffix and any answer prefix, at least the prompt's last token); question-agnostic, it
+    sees the context. What the press did not see runs afterwards on the compressed cache, at its original
+    positions, as kvpress's pipeline runs the template's suffix after compressing. Holding back matters
+    twice: a press must not evict the assistant header the model answers from, and the logits of a pass
+    under the press come from full attention, so a first answer token taken from them would answer from
+    the uncompressed prompt.
+    """
+    cache = make_cache()
+    if question_aware:
+        prompt_ids = prompt.context_ids + prompt.question_ids
+        held_back = max(1, prompt.held_back_tokens)
+        pressed_ids, trailing_ids = prompt_ids[:-held_back], prompt_ids[-held_back:]
+    else:
+        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
+    last_logits = prefill(model, cache, pressed_ids, press)
+    kept = mean_cache_length(cache)
+    if trailing_ids and run_held_back:
+        last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
+    return cache, last_logits, kept, len(pressed_ids)
+
+
+@torch.inference_mode()
+def prefill_shared_context(model, context_ids: list[int], questions: list[list[int]], press, make_cache=default_cache):
+    """Question-agnostic prefill: compress ``context_ids`` once, then, question by question, yield
+    (cache, last logits, kept tokens, seconds) with that question appended at its original positions.
+
+    Before the next question the cache is rolled back to the compressed context, so every question sees
+    exactly what compressing the context for it alone would give: use (or copy) the cache before asking
+    for the next. ``seconds``: an equal share of the compression plus this question's own prefill.
+    """
+    start = time.perf_counter()
+    cache = make_cache()
+    context_logits = prefill(model, cache, context_ids, press)
+    kept = mean_cache_length(cache)
+    checkpoint = CacheCheckpoint(cache)
+    synchronize(model.device)
+    compress_seconds = (time.perf_counter() - start) / max(1, len(questions))
+    for index, question_ids in enumerate(questions):
+        started = time.perf_counter()
+        if index:
+            checkpoint.restore(cache)
+        last_logits = prefill(model, cache, question_ids, None, start_position=len(context_ids)) if question_ids else context_logits
+        synchronize(model.device)
+        yield cache, last_logits, kept, compress_seconds + time.perf_counter() - started
