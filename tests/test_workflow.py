@@ -40,7 +40,10 @@ def test_real_study_dry_run_plans_full_study(workflow_copy):
     assert PIPELINE_RULES | {"download_dataset"} <= set(jobs)
     assert jobs["generate"] == 26
     assert "build_demo_model" not in jobs  # the real study loads hub weights; it builds nothing
-    assert "results/predictions/longbench/qasper/llama-3.1-8b-instruct/snapkv/question_aware/retention-0.10_batch-1_decode-1.jsonl" in result.stdout
+    # the study decodes 32 compressed caches together by default; the padded-prefill cells decode alone
+    assert "results/predictions/longbench/qasper/llama-3.1-8b-instruct/snapkv/question_aware/retention-0.10_batch-1_decode-32.jsonl" in result.stdout
+    assert "llama-3.1-8b-instruct/full_cache/question_aware/retention-1.00_batch-4_decode-1.jsonl" in result.stdout
+    assert "_batch-1_decode-1.jsonl" not in result.stdout
 
 
 def test_unknown_config_key_fails_naming_the_key(workflow_copy):
