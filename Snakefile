@@ -27,6 +27,7 @@ include: "rules/aggregate.smk"
 include: "rules/figures.smk"
 include: "rules/perf_common.smk"
 include: "rules/perf.smk"
+include: "rules/plan.smk"
 include: "rules/train.smk"
 include: "rules/report.smk"
 

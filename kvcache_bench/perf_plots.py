@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .methods import METHODS  # noqa: E402
-from .perf import require_one_hardware  # noqa: E402
+from .perf_tables import require_one_hardware  # noqa: E402
 
 # Okabe-Ito (colour-blind safe), as in the quality figures.
 PALETTE = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000", "#999999"]

@@ -1,6 +1,6 @@
 # The performance pass (opt-in: `snakemake perf_all`): latency, memory, KV bytes and energy per
-# (model, method, retention, context length), batch 1 by default, and `snakemake plan`: the jobs still to
-# run and their estimated GPU-hours. Settings: the config's `perf:` section (schemas/config.schema.yaml).
+# (model, method, retention, context length), batch 1 by default. Settings: the config's `perf:` section
+# (schemas/config.schema.yaml). What the GPU-hours will be before running: rules/plan.smk.
 
 wildcard_constraints:
     context=r"\d+",
@@ -115,22 +115,5 @@ rule perf_all:
         perf_outputs(),
 
 
-# No output: like `snakemake -n`, it runs whenever asked and only prints (and logs) the plan.
-rule plan:
-    log:
-        "logs/plan.log",
-    params:
-        jobs=plan_jobs(),
-        records=perf_estimate_records(),
-        same_cost_as=PERF.get("estimate", {}).get("same_cost_as", {}),
-        defaults=PERF.get("estimate", {}).get("defaults", {}),
-        gpu_name=PERF.get("estimate", {}).get("gpu_name"),
-    conda:
-        "../envs/analysis.yaml"
-    script:
-        "../scripts/plan.py"
-
-
 localrules:
     perf_all,
-    plan,

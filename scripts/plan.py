@@ -3,7 +3,7 @@
 import sys
 
 from kvcache_bench.io import read_jsonl
-from kvcache_bench.perf import plan_report
+from kvcache_bench.plan import plan_report
 from kvcache_bench.workflow import current_job
 
 job = current_job(globals())
