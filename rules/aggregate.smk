@@ -21,7 +21,7 @@ rule aggregate:
         "logs/aggregate.log",
     params:
         cells=cells_for_table(),
-        expected_n=[expected_examples(cell) for cell in study_cells()],
+        expected_n=expected_examples_per_cell(),
         seed=SEED,
         small_n=30,
         n_resamples=10000,

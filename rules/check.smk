@@ -10,7 +10,7 @@ rule check_methods:
         "logs/check_methods.log",
     params:
         methods=config["methods"],
-        method_kwargs=config.get("method_kwargs", {}),
+        method_kwargs=config["method_kwargs"],
     conda:
         "../envs/generate.yaml"
     script:
@@ -19,7 +19,7 @@ rule check_methods:
 
 rule check_config:
     input:
-        methods="results/checks/methods.json",
+        methods=rules.check_methods.output.resolved,
     output:
         ok=f"results/checks/{CELL_PATTERN}.ok",
     log:

@@ -4,7 +4,7 @@
 
 rule figure_quality_vs_retention:
     input:
-        summary="results/tables/summary.csv",
+        summary=rules.aggregate.output.summary,
     output:
         png=report(
             "results/figures/quality_vs_retention.png",
@@ -26,7 +26,7 @@ rule figure_quality_vs_retention:
 
 rule figure_paired_scatter:
     input:
-        per_example="results/tables/per_example.csv",
+        per_example=rules.aggregate.output.per_example,
     output:
         png=report(
             "results/figures/paired_scatter.png",
@@ -48,7 +48,7 @@ rule figure_paired_scatter:
 
 rule figure_batch_size:
     input:
-        summary="results/tables/summary.csv",
+        summary=rules.aggregate.output.summary,
     output:
         png=report(
             "results/figures/batch_size.png",

@@ -5,7 +5,7 @@ rule generate:
     input:
         unpack(built_model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
-        ok=f"results/checks/{CELL_PATTERN}.ok",
+        ok=rules.check_config.output.ok,
     output:
         predictions=f"results/predictions/{CELL_PATTERN}.jsonl",
         manifest=f"results/predictions/{CELL_PATTERN}.jsonl.manifest.json",
@@ -22,7 +22,7 @@ rule generate:
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
-    threads: GENERATION.get("threads", 1)
+    threads: GENERATION["threads"]
     resources:
         gpu=1,
     conda:

@@ -21,10 +21,10 @@ rule perf:
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
         context_tokens=wildcard_int("context"),
-        context_source=PERF.get("context_source", "dataset"),
-        hardware=PERF.get("hardware", "auto"),
+        context_source=PERF["context_source"],
+        hardware=PERF["hardware"],
         settings=perf_settings,
-    threads: GENERATION.get("threads", 1)
+    threads: GENERATION["threads"]
     resources:
         gpu=1,
     conda:
@@ -49,7 +49,7 @@ rule perf_summary:
 
 rule figure_perf_peak_memory:
     input:
-        summary="results/tables/perf_summary.csv",
+        summary=rules.perf_summary.output.summary,
     output:
         png=report(
             "results/figures/perf_peak_memory_vs_retention.png",
@@ -70,7 +70,7 @@ rule figure_perf_peak_memory:
 
 rule figure_perf_itl:
     input:
-        summary="results/tables/perf_summary.csv",
+        summary=rules.perf_summary.output.summary,
     output:
         png=report(
             "results/figures/perf_itl_vs_retention.png",
@@ -91,7 +91,7 @@ rule figure_perf_itl:
 
 rule figure_perf_energy_per_token:
     input:
-        summary="results/tables/perf_summary.csv",
+        summary=rules.perf_summary.output.summary,
     output:
         png=report(
             "results/figures/perf_energy_per_token_vs_retention.png",

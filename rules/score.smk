@@ -3,7 +3,7 @@
 
 rule score:
     input:
-        predictions=f"results/predictions/{CELL_PATTERN}.jsonl",
+        predictions=rules.generate.output.predictions,
     output:
         scores=f"results/scores/{CELL_PATTERN}.jsonl",
         manifest=f"results/scores/{CELL_PATTERN}.jsonl.manifest.json",
