@@ -20,6 +20,7 @@ rule aggregate:
     log:
         "logs/aggregate.log",
     params:
+        code=package_code("aggregate.py"),
         cells=cells_for_table(),
         expected_n=expected_examples_per_cell(),
         seed=SEED,

@@ -9,6 +9,7 @@ rule check_methods:
     log:
         "logs/check_methods.log",
     params:
+        code=package_code("check_methods.py"),
         methods=config["methods"],
         method_kwargs=config["method_kwargs"],
     conda:
@@ -25,6 +26,7 @@ rule check_config:
     log:
         f"logs/check_config/{CELL_PATTERN}.log",
     params:
+        code=package_code("check_config.py"),
         dataset="{dataset}",
         task="{task}",
         model="{model}",
@@ -44,6 +46,8 @@ rule doctor:
         table="results/doctor/methods.tsv",
     log:
         "logs/doctor.log",
+    params:
+        code=package_code("doctor.py"),
     conda:
         "../envs/generate.yaml"
     script:

@@ -1,11 +1,12 @@
 # Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
 
+import functools
 import re
 import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from kvcache_bench.workflow import export_package_path
+from kvcache_bench.workflow import export_package_path, package_code_hash
 
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
 # this file again), so the code that ran is the code the manifest's git commit names.
@@ -75,6 +76,15 @@ def final_outputs():
 
 
 # ----------------------------------------------------------------------------- per-rule params
+
+
+@functools.cache
+def package_code(script):
+    """Hash of the package modules the script runs. Every rule's params carry it: Snakemake reruns a job
+    whose params changed, so a library edit reruns exactly the jobs that run the edited module."""
+    return package_code_hash(
+        os.path.join(workflow.basedir, "scripts", script), os.path.join(workflow.basedir, "kvcache_bench")
+    )
 
 
 def model_settings(wildcards):

@@ -10,6 +10,7 @@ rule download_dataset:
     wildcard_constraints:
         dataset=_alternatives(HUB_DATASETS),
     params:
+        code=package_code("download_dataset.py"),
         dataset="{dataset}",
         task="{task}",
         hub_id=dataset_setting("hub_id"),
@@ -33,6 +34,7 @@ rule make_synthetic_dataset:
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC_DATASETS),
     params:
+        code=package_code("make_synthetic_dataset.py"),
         dataset="{dataset}",
         task="{task}",
         generator=dataset_setting("synthetic", {}),
@@ -55,6 +57,7 @@ rule build_demo_model:
     wildcard_constraints:
         model=_alternatives(BUILT_MODELS),
     params:
+        code=package_code("build_demo_model.py"),
         seed=SEED,
     conda:
         "../envs/generate.yaml"

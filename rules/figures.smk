@@ -16,6 +16,7 @@ rule figure_quality_vs_retention:
     log:
         "logs/figures/quality_vs_retention.log",
     params:
+        code=package_code("figure_quality_vs_retention.py"),
         title="Answer quality vs KV cache kept",
         band_alpha=0.15,
     conda:
@@ -38,6 +39,7 @@ rule figure_paired_scatter:
     log:
         "logs/figures/paired_scatter.log",
     params:
+        code=package_code("figure_paired_scatter.py"),
         title="Per example: method vs full cache",
         point_alpha=0.5,
     conda:
@@ -60,6 +62,7 @@ rule figure_batch_size:
     log:
         "logs/figures/batch_size.log",
     params:
+        code=package_code("figure_batch_size.py"),
         title="Full cache: does batching change the answers?",
     conda:
         "../envs/analysis.yaml"

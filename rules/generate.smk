@@ -12,6 +12,7 @@ rule generate:
     log:
         f"logs/generate/{CELL_PATTERN}.log",
     params:
+        code=package_code("generate.py"),
         task="{task}",
         model=model_settings,
         method="{method}",

@@ -15,6 +15,7 @@ rule perf:
     log:
         f"logs/perf/{PERF_PATTERN}.log",
     params:
+        code=package_code("perf.py"),
         model=model_settings,
         model_name="{model}",
         method="{method}",
@@ -41,6 +42,8 @@ rule perf_summary:
         manifest="results/tables/perf_summary.csv.manifest.json",
     log:
         "logs/perf_summary.log",
+    params:
+        code=package_code("perf_summary.py"),
     conda:
         "../envs/analysis.yaml"
     script:
@@ -61,6 +64,7 @@ rule figure_perf_peak_memory:
     log:
         "logs/figures/perf_peak_memory_vs_retention.log",
     params:
+        code=package_code("perf_figure.py"),
         metric="peak_memory",
     conda:
         "../envs/analysis.yaml"
@@ -82,6 +86,7 @@ rule figure_perf_itl:
     log:
         "logs/figures/perf_itl_vs_retention.log",
     params:
+        code=package_code("perf_figure.py"),
         metric="itl",
     conda:
         "../envs/analysis.yaml"
@@ -103,6 +108,7 @@ rule figure_perf_energy_per_token:
     log:
         "logs/figures/perf_energy_per_token_vs_retention.log",
     params:
+        code=package_code("perf_figure.py"),
         metric="energy_per_token",
     conda:
         "../envs/analysis.yaml"

@@ -16,6 +16,7 @@ rule plan:
     log:
         "logs/plan.log",
     params:
+        code=package_code("plan.py"),
         jobs=study.plan_jobs(config, STUDY_CELLS, PERF_CELLS),
         records=perf_estimate_records(),
         same_cost_as=PERF["estimate"].get("same_cost_as", {}),

@@ -10,6 +10,7 @@ rule score:
     log:
         f"logs/score/{CELL_PATTERN}.log",
     params:
+        code=package_code("score.py"),
         task="{task}",
     conda:
         "../envs/analysis.yaml"

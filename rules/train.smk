@@ -18,6 +18,7 @@ rule train_canary:
     log:
         "logs/train_canary.log",
     params:
+        code=package_code("train_canary.py"),
         settings=CANARY_TRAIN_SETTINGS,
     threads: 8
     resources:
