@@ -161,3 +161,11 @@ def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike)
     for relative in package_modules(script, package_dir):
         digest.update(relative.encode() + b"\0" + (root / relative).read_bytes() + b"\0")
     return digest.hexdigest()[:16]
+
+
+def print_and_log(job, text: str) -> None:
+    """For rules with no output (plan, doctor): the text goes to stdout and, under Snakemake, to the rule's log."""
+    sys.stdout.write(text)
+    if len(job.log) and job.log[0] != "/dev/stderr":
+        with open(job.log[0], "w", encoding="utf-8") as handle:
+            handle.write(text)

@@ -11,12 +11,14 @@ rule aggregate:
             category="Tables",
         ),
         markdown="results/tables/summary.md",
+        markdown_manifest="results/tables/summary.md.manifest.json",
         per_example=report(
             "results/tables/per_example.csv",
             caption="../report/per_example_table.rst",
             category="Tables",
         ),
         manifest="results/tables/summary.csv.manifest.json",
+        per_example_manifest="results/tables/per_example.csv.manifest.json",
     log:
         "logs/aggregate.log",
     params:
@@ -30,3 +32,7 @@ rule aggregate:
         "../envs/analysis.yaml"
     script:
         "../scripts/aggregate.py"
+
+
+localrules:
+    aggregate,

@@ -13,6 +13,7 @@ rule figure_quality_vs_retention:
             subcategory="Quality",
         ),
         svg="results/figures/quality_vs_retention.svg",
+        manifest="results/figures/quality_vs_retention.png.manifest.json",
     log:
         "logs/figures/quality_vs_retention.log",
     params:
@@ -36,6 +37,7 @@ rule figure_paired_scatter:
             subcategory="Quality",
         ),
         svg="results/figures/paired_scatter.svg",
+        manifest="results/figures/paired_scatter.png.manifest.json",
     log:
         "logs/figures/paired_scatter.log",
     params:
@@ -59,6 +61,7 @@ rule figure_batch_size:
             subcategory="Batch size",
         ),
         svg="results/figures/batch_size.svg",
+        manifest="results/figures/batch_size.png.manifest.json",
     log:
         "logs/figures/batch_size.log",
     params:
@@ -68,3 +71,9 @@ rule figure_batch_size:
         "../envs/analysis.yaml"
     script:
         "../scripts/figure_batch_size.py"
+
+
+localrules:
+    figure_quality_vs_retention,
+    figure_paired_scatter,
+    figure_batch_size,

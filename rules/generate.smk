@@ -11,6 +11,8 @@ rule generate:
         manifest=f"results/predictions/{CELL_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/generate/{CELL_PATTERN}.log",
+    benchmark:
+        f"benchmarks/generate/{CELL_PATTERN}.tsv"
     params:
         code=package_code("generate.py"),
         task="{task}",

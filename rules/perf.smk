@@ -14,6 +14,8 @@ rule perf:
         manifest=f"results/perf/{PERF_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/perf/{PERF_PATTERN}.log",
+    benchmark:
+        f"benchmarks/perf/{PERF_PATTERN}.tsv"
     params:
         code=package_code("perf.py"),
         model=model_settings,
@@ -61,6 +63,7 @@ rule figure_perf_peak_memory:
             subcategory="Performance",
         ),
         svg="results/figures/perf_peak_memory_vs_retention.svg",
+        manifest="results/figures/perf_peak_memory_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_peak_memory_vs_retention.log",
     params:
@@ -83,6 +86,7 @@ rule figure_perf_itl:
             subcategory="Performance",
         ),
         svg="results/figures/perf_itl_vs_retention.svg",
+        manifest="results/figures/perf_itl_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_itl_vs_retention.log",
     params:
@@ -105,6 +109,7 @@ rule figure_perf_energy_per_token:
             subcategory="Performance",
         ),
         svg="results/figures/perf_energy_per_token_vs_retention.svg",
+        manifest="results/figures/perf_energy_per_token_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_energy_per_token_vs_retention.log",
     params:
@@ -122,4 +127,8 @@ rule perf_all:
 
 
 localrules:
+    perf_summary,
+    figure_perf_peak_memory,
+    figure_perf_itl,
+    figure_perf_energy_per_token,
     perf_all,

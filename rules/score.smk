@@ -16,3 +16,7 @@ rule score:
         "../envs/analysis.yaml"
     script:
         "../scripts/score.py"
+
+
+localrules:
+    score,

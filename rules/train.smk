@@ -17,6 +17,8 @@ rule train_canary:
         model_dir=directory("results/models/canary"),
     log:
         "logs/train_canary.log",
+    benchmark:
+        "benchmarks/train_canary.tsv"
     params:
         code=package_code("train_canary.py"),
         settings=CANARY_TRAIN_SETTINGS,
