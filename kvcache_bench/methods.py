@@ -55,6 +55,11 @@ QUANTIZED_CACHE_OPTIONS = ("residual_length", "q_group_size", "axis_key", "axis_
 FULL_RETENTION = 1.0
 
 
+def method_label(name: str) -> str:
+    """How users know a method (tables, legends); an unregistered name as it is."""
+    return METHODS[name].label if name in METHODS else name
+
+
 def get_method(name: str) -> MethodSpec:
     try:
         return METHODS[name]

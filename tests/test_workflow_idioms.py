@@ -57,3 +57,13 @@ def test_every_generate_job_left_a_benchmark(demo_run):
     assert len(benchmarks) == 52
     header, row = benchmarks[0].read_text().splitlines()[:2]
     assert header.split("\t")[:2] == ["s", "h:m:s"] and float(row.split("\t")[0]) > 0
+
+
+def test_each_table_manifest_counts_its_own_rows(demo_run):
+    import json
+
+    import pandas as pd
+
+    for table in ("summary.csv", "per_example.csv"):
+        manifest = json.loads((demo_run / "results/tables" / f"{table}.manifest.json").read_text())
+        assert manifest["rows"] == len(pd.read_csv(demo_run / "results/tables" / table)), table
