@@ -6,8 +6,8 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Iterable, Iterator
 
 
 @contextlib.contextmanager

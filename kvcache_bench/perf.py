@@ -25,7 +25,6 @@ import torch
 from .perf_hardware import pick_hardware
 from .perf_tables import percentile
 
-
 # ----------------------------------------------------------------------------- contexts
 
 

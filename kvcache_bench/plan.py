@@ -10,7 +10,6 @@ import os
 
 from .perf_tables import MixedHardwareError
 
-
 # Stated defaults for cells no perf record covers: an 8B model in bf16 on one H100/H200-class GPU,
 # decoding batch 1 with Hugging Face's Python loop (launch-bound). Override in perf.estimate.defaults.
 ESTIMATE_DEFAULTS = {

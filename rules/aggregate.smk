@@ -21,6 +21,8 @@ rule aggregate:
         per_example_manifest="results/tables/per_example.csv.manifest.json",
     log:
         "logs/aggregate.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("aggregate.py"),
         cells=cells_for_table(),
@@ -28,8 +30,6 @@ rule aggregate:
         seed=SEED,
         small_n=30,
         n_resamples=10000,
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/aggregate.py"
 

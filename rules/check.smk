@@ -8,12 +8,12 @@ rule check_methods:
         manifest="results/checks/methods.json.manifest.json",
     log:
         "logs/check_methods.log",
+    conda:
+        "../envs/generate.yaml"
     params:
         code=package_code("check_methods.py"),
         methods=config["methods"],
         method_kwargs=config["method_kwargs"],
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/check_methods.py"
 
@@ -25,6 +25,8 @@ rule check_config:
         ok=f"results/checks/{CELL_PATTERN}.ok",
     log:
         f"logs/check_config/{CELL_PATTERN}.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("check_config.py"),
         dataset="{dataset}",
@@ -35,8 +37,6 @@ rule check_config:
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
         decode_batch_size=wildcard_int("decode_batch_size"),
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/check_config.py"
 
@@ -45,10 +45,10 @@ rule check_config:
 rule doctor:
     log:
         "logs/doctor.log",
-    params:
-        code=package_code("doctor.py"),
     conda:
         "../envs/generate.yaml"
+    params:
+        code=package_code("doctor.py"),
     script:
         "../scripts/doctor.py"
 

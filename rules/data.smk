@@ -9,6 +9,8 @@ rule download_dataset:
         "logs/download_dataset/{dataset}/{task}.log",
     wildcard_constraints:
         dataset=_alternatives(HUB_DATASETS),
+    conda:
+        "../envs/data.yaml"
     params:
         code=package_code("download_dataset.py"),
         dataset="{dataset}",
@@ -19,8 +21,6 @@ rule download_dataset:
         data_dir=dataset_setting("data_dir"),
         num_examples=dataset_setting("num_examples"),
         seed=SEED,
-    conda:
-        "../envs/data.yaml"
     script:
         "../scripts/download_dataset.py"
 
@@ -33,6 +33,8 @@ rule make_synthetic_dataset:
         "logs/make_synthetic_dataset/{dataset}/{task}.log",
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC_DATASETS),
+    conda:
+        "../envs/data.yaml"
     params:
         code=package_code("make_synthetic_dataset.py"),
         dataset="{dataset}",
@@ -40,8 +42,6 @@ rule make_synthetic_dataset:
         generator=dataset_setting("synthetic", {}),
         num_examples=dataset_setting("num_examples"),
         seed=SEED,
-    conda:
-        "../envs/data.yaml"
     script:
         "../scripts/make_synthetic_dataset.py"
 
@@ -56,10 +56,10 @@ rule build_demo_model:
         "logs/build_demo_model/{model}.log",
     wildcard_constraints:
         model=_alternatives(BUILT_MODELS),
+    conda:
+        "../envs/generate.yaml"
     params:
         code=package_code("build_demo_model.py"),
         seed=SEED,
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/build_demo_model.py"

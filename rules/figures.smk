@@ -16,12 +16,12 @@ rule figure_quality_vs_retention:
         manifest="results/figures/quality_vs_retention.png.manifest.json",
     log:
         "logs/figures/quality_vs_retention.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("figure_quality_vs_retention.py"),
         title="Answer quality vs KV cache kept",
         band_alpha=0.15,
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/figure_quality_vs_retention.py"
 
@@ -40,12 +40,12 @@ rule figure_paired_scatter:
         manifest="results/figures/paired_scatter.png.manifest.json",
     log:
         "logs/figures/paired_scatter.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("figure_paired_scatter.py"),
         title="Per example: method vs full cache",
         point_alpha=0.5,
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/figure_paired_scatter.py"
 
@@ -64,11 +64,11 @@ rule figure_batch_size:
         manifest="results/figures/batch_size.png.manifest.json",
     log:
         "logs/figures/batch_size.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("figure_batch_size.py"),
         title="Full cache: does batching change the answers?",
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/figure_batch_size.py"
 

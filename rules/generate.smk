@@ -13,6 +13,11 @@ rule generate:
         f"logs/generate/{CELL_PATTERN}.log",
     benchmark:
         f"benchmarks/generate/{CELL_PATTERN}.tsv"
+    conda:
+        "../envs/generate.yaml"
+    threads: GENERATION["threads"]
+    resources:
+        gpu=1,
     params:
         code=package_code("generate.py"),
         task="{task}",
@@ -25,10 +30,5 @@ rule generate:
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
-    threads: GENERATION["threads"]
-    resources:
-        gpu=1,
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/generate.py"

@@ -2,6 +2,7 @@
 # (model, method, retention, context length), batch 1 by default. Settings: the config's `perf:` section
 # (schemas/config.schema.yaml). What the GPU-hours will be before running: rules/plan.smk.
 
+
 wildcard_constraints:
     context=r"\d+",
 
@@ -16,6 +17,11 @@ rule perf:
         f"logs/perf/{PERF_PATTERN}.log",
     benchmark:
         f"benchmarks/perf/{PERF_PATTERN}.tsv"
+    conda:
+        "../envs/generate.yaml"
+    threads: GENERATION["threads"]
+    resources:
+        gpu=1,
     params:
         code=package_code("perf.py"),
         model=model_settings,
@@ -27,11 +33,6 @@ rule perf:
         context_source=PERF["context_source"],
         hardware=PERF["hardware"],
         settings=perf_settings,
-    threads: GENERATION["threads"]
-    resources:
-        gpu=1,
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/perf.py"
 
@@ -44,10 +45,10 @@ rule perf_summary:
         manifest="results/tables/perf_summary.csv.manifest.json",
     log:
         "logs/perf_summary.log",
-    params:
-        code=package_code("perf_summary.py"),
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("perf_summary.py"),
     script:
         "../scripts/perf_summary.py"
 
@@ -66,11 +67,11 @@ rule figure_perf_peak_memory:
         manifest="results/figures/perf_peak_memory_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_peak_memory_vs_retention.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("perf_figure.py"),
         metric="peak_memory",
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/perf_figure.py"
 
@@ -89,11 +90,11 @@ rule figure_perf_itl:
         manifest="results/figures/perf_itl_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_itl_vs_retention.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("perf_figure.py"),
         metric="itl",
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/perf_figure.py"
 
@@ -112,11 +113,11 @@ rule figure_perf_energy_per_token:
         manifest="results/figures/perf_energy_per_token_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_energy_per_token_vs_retention.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("perf_figure.py"),
         metric="energy_per_token",
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/perf_figure.py"
 

@@ -1,4 +1,4 @@
-# Helpers of rules/perf.smk: the perf cells, paths and params, computed from the config's `perf:` section.
+# Helpers of rules/perf.smk and rules/plan.smk: the perf cells, paths and params, from the config's `perf:` section.
 
 PERF = config["perf"]
 PERF_PATTERN = study.PERF_PATTERN
@@ -41,3 +41,12 @@ def perf_settings(wildcards):
         task=wildcards.task,
         method_kwargs={wildcards.method: method_kwargs(wildcards)},
     )
+
+
+def perf_estimate_records():
+    """Measured perf records the plan estimates from: this workflow's and any the config names."""
+    import glob
+
+    found = sorted(glob.glob("results/perf/**/*.jsonl", recursive=True))
+    # Named files that do not exist yet (reference records not committed) are skipped, not an error.
+    return found + [p for p in PERF["estimate"].get("records", []) if os.path.exists(p)]

@@ -9,11 +9,11 @@ rule score:
         manifest=f"results/scores/{CELL_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/score/{CELL_PATTERN}.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
         code=package_code("score.py"),
         task="{task}",
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/score.py"
 

@@ -19,13 +19,13 @@ rule train_canary:
         "logs/train_canary.log",
     benchmark:
         "benchmarks/train_canary.tsv"
-    params:
-        code=package_code("train_canary.py"),
-        settings=CANARY_TRAIN_SETTINGS,
+    conda:
+        "../envs/generate.yaml"
     threads: 8
     resources:
         gpu=1,
-    conda:
-        "../envs/generate.yaml"
+    params:
+        code=package_code("train_canary.py"),
+        settings=CANARY_TRAIN_SETTINGS,
     script:
         "../scripts/train_canary.py"

@@ -164,9 +164,9 @@ def test_figures_draw_one_hardware_and_name_it():
 
 def test_contexts_have_exactly_the_requested_length(tmp_path):
     from kvcache_bench.data import make_synthetic_rows
-    from kvcache_bench.demo_model import demo_tokenizer_for_synthetic_data
+    from kvcache_bench.train import canary_tokenizer
 
-    tokenizer = demo_tokenizer_for_synthetic_data()
+    tokenizer = canary_tokenizer()
     rows = make_synthetic_rows(3, seed=1, min_words=50, max_words=80)
     ids = perf.dataset_context_ids(tokenizer, "synthetic_qa", rows, 500, seed=1)  # longer than all documents
     assert len(ids) == 500 and ids[0] == tokenizer.bos_token_id

@@ -6,8 +6,8 @@ import re
 import shutil
 
 import pytest
-
 from conftest import REPO, planned_jobs, run_snakemake
+
 from kvcache_bench.workflow import package_code_hash, package_modules
 
 FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_batch_size"}

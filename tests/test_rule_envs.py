@@ -15,7 +15,6 @@ import subprocess
 import sys
 
 import yaml
-
 from conftest import REPO
 
 # The runner's own packages: Snakemake runs a rule's script with them, they are not the script's imports.

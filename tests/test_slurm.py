@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-
 from conftest import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]

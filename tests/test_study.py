@@ -7,8 +7,8 @@ import re
 
 import pytest
 import yaml
-
 from conftest import REPO
+
 from kvcache_bench import study
 from kvcache_bench.checks import problems_of
 
