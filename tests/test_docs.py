@@ -6,7 +6,6 @@ import runpy
 
 import pytest
 import yaml
-
 from conftest import REPO
 
 DOCS = runpy.run_path(str(REPO / "tools/docs.py"))
