@@ -12,8 +12,8 @@ own files, log, manifest and rerun decision; only the imports are shared:
   * one server per (checkout, Python, package code, import-time environment): an edit to the package starts
     a new one; a server idle for ``IDLE_SECONDS`` exits.
 
-GPU jobs keep their own process: CUDA state and GPU pinning belong to one process (scripts/generate.py
-uses warm start only when the model's device is the CPU).
+GPU jobs keep their own process: CUDA state and GPU pinning belong to one process. So do jobs a cluster
+scheduler runs: a server started inside one job's allocation dies with it (``applies_to``).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -39,6 +40,16 @@ IDLE_SECONDS = 120
 START_TIMEOUT_SECONDS = 600
 # Read when a library is imported, so a server serves only clients that agree on them.
 IMPORT_TIME_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "PYTHON", "KVCACHE_BENCH_")
+SCHEDULER_JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
+
+
+def applies_to(job) -> bool:
+    """Warm start is asked for, the model runs on the CPU, and no cluster scheduler runs this job."""
+    return (
+        bool(job.params.warm_start)
+        and str(job.params.model["device"]).startswith("cpu")
+        and not any(os.environ.get(name) for name in SCHEDULER_JOB_VARIABLES)
+    )
 
 
 def preload() -> None:
@@ -150,6 +161,13 @@ def run_warm(job, target: str, key: str) -> None:
     raise RuntimeError(f"no warm-start server took the job ({path})")
 
 
+def _exit_when_client_leaves(connection: socket.socket) -> None:
+    """A job whose client was killed (Snakemake stopped it) must not write its outputs afterwards."""
+    with contextlib.suppress(OSError):
+        if connection.recv(1) == b"":
+            os._exit(1)
+
+
 def _run_one(connection: socket.socket) -> None:
     """In a forked child: become the job's process, run it, report, and leave without teardown."""
     status = 1
@@ -157,6 +175,7 @@ def _run_one(connection: socket.socket) -> None:
     try:
         request = _receive(connection)
         _send(connection, {"accepted": True})
+        threading.Thread(target=_exit_when_client_leaves, args=(connection,), daemon=True).start()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])

@@ -70,3 +70,17 @@ def test_a_warm_job_that_fails_fails_its_job_with_the_reason(tmp_path, warm_key)
     assert result.returncode != 0
     assert "the job failed in its warm process" in result.stderr and "no_such_option" in result.stderr
     assert not out.exists()
+
+
+def test_warm_start_is_for_local_cpu_jobs_only(monkeypatch):
+    from kvcache_bench.warm_start import applies_to
+    from kvcache_bench.workflow import ScriptJob
+
+    def job(device, warm=True):
+        return ScriptJob({}, {}, {"warm_start": warm, "model": {**MODEL, "device": device}}, [])
+
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    assert applies_to(job("cpu")) and not applies_to(job("cpu", warm=False))
+    assert not applies_to(job("cuda")) and not applies_to(job("auto"))
+    monkeypatch.setenv("SLURM_JOB_ID", "42")  # a server started in one job's allocation dies with that job
+    assert not applies_to(job("cpu"))
