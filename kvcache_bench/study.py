@@ -62,19 +62,24 @@ def decode_batch_sizes_for(config: dict, batch_size: int) -> list[int]:
     return [1] if batch_size > 1 else config["decode_batch_sizes"]
 
 
+def cell_of(dataset, task, model, method, question_mode, retention, batch_size, decode_batch_size) -> dict:
+    """A cell as its wildcards write it."""
+    return {
+        "dataset": dataset,
+        "task": task,
+        "model": model,
+        "method": method,
+        "question_mode": question_mode,
+        "retention": retention_label(retention),
+        "batch_size": str(batch_size),
+        "decode_batch_size": str(decode_batch_size),
+    }
+
+
 def requested_cells(config: dict) -> list[dict]:
     """Every cell the config asks for, in config order, before the check."""
     return [
-        dict(
-            dataset=dataset,
-            task=task,
-            model=model,
-            method=method,
-            question_mode=mode,
-            retention=retention_label(retention),
-            batch_size=str(batch_size),
-            decode_batch_size=str(decode_batch_size),
-        )
+        cell_of(dataset, task, model, method, mode, retention, batch_size, decode_batch_size)
         for dataset, dataset_cfg in config["datasets"].items()
         for task in dataset_cfg["tasks"]
         for model in config["models"]
@@ -143,17 +148,7 @@ def requested_perf_cells(config: dict) -> list[dict]:
     perf = config["perf"]
     dataset, task = perf_dataset_and_task(config)
     return [
-        dict(
-            dataset=dataset,
-            task=task,
-            model=model,
-            method=method,
-            question_mode="question_aware",
-            retention=retention_label(retention),
-            batch_size=str(batch_size),
-            decode_batch_size="1",
-            context=str(context),
-        )
+        {**cell_of(dataset, task, model, method, "question_aware", retention, batch_size, 1), "context": str(context)}
         for model in config["models"]
         for method in perf.get("methods") or config["methods"]
         for retention in retentions_for(method, perf.get("retentions") or config["retentions"])
