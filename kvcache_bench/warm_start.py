@@ -46,7 +46,7 @@ SCHEDULER_JOB_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID")
 def applies_to(job) -> bool:
     """Warm start is asked for, the model runs on the CPU, and no cluster scheduler runs this job."""
     return (
-        bool(job.params.warm_start)
+        bool(getattr(job.params, "warm_start", False))  # off when a command line leaves it out
         and str(job.params.model["device"]).startswith("cpu")
         and not any(os.environ.get(name) for name in SCHEDULER_JOB_VARIABLES)
     )
