@@ -17,7 +17,7 @@ rule download_dataset:
         task="{task}",
         hub_id=dataset_setting("hub_id"),
         local_path=dataset_setting("local_path"),
-        split=dataset_setting("split", "test"),
+        split=dataset_setting("split"),
         data_dir=dataset_setting("data_dir"),
         num_examples=dataset_setting("num_examples"),
         seed=SEED,
