@@ -15,7 +15,6 @@ The building blocks (``load_model``, ``prefill``, ``greedy_decode``, ``generate_
 from __future__ import annotations
 
 import contextlib
-import copy
 import logging
 import os
 import time
