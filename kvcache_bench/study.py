@@ -10,8 +10,8 @@ decode_batch_size; perf cells add context), exactly as they appear in paths.
 from __future__ import annotations
 
 import copy
-from decimal import Decimal
 from collections.abc import Callable
+from decimal import Decimal
 
 from .methods import retentions_for
 from .prompts import max_new_tokens_for

@@ -87,7 +87,10 @@ def announce_before_any_job():
         return
     typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
     refusals = [f"refused target {Cell(**cell).target}: {'; '.join(problems_of(cell))}" for cell in typed]
-    warnings = [lock_holder_warning("."), *(remote_code_warning(model, name) for name, model in config["models"].items())]
+    warnings = [
+        lock_holder_warning("."),
+        *(remote_code_warning(model, name) for name, model in config["models"].items()),
+    ]
     for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
         print(line, file=sys.stderr)
 
@@ -195,5 +198,7 @@ def probe_outputs():
             outputs.append(f"results/probes/{sink['dataset']}/{sink['task']}/{model}/attention_sink.json")
         if "padding" in probes:
             padding = probes["padding"]
-            outputs += [f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]]
+            outputs += [
+                f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]
+            ]
     return outputs
