@@ -17,6 +17,7 @@ import yaml
 
 from kvcache_bench import study
 from kvcache_bench.checks import Cell, problems_of
+from kvcache_bench.methods import retentions_for
 from kvcache_bench.config_checks import check_study_config, lock_holder_warning, remote_code_warning
 from kvcache_bench.study import CELL_PATTERN, cell_path
 
@@ -181,6 +182,11 @@ def probe_setting(section, key):
         return config["probes"][section].get(key)
 
     return lookup
+
+
+def padding_probe_retention(wildcards):
+    """The configured retention for an evicting press; 1.0 for a method that keeps the whole cache."""
+    return retentions_for(wildcards.method, [config["probes"]["padding"]["retention"]])[0]
 
 
 def padding_probe_rows(wildcards):

@@ -45,7 +45,7 @@ rule probe_padding:
         task="{task}",
         model=model_settings,
         method="{method}",
-        retention=probe_setting("padding", "retention"),
+        retention=padding_probe_retention,
         batch_size=probe_setting("padding", "batch_size"),
         examples_per_dataset=probe_setting("padding", "examples_per_dataset"),
         max_new_tokens=max_new_tokens,
