@@ -9,12 +9,8 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
-# A --configfile names a whole study: it replaces config.yaml instead of being merged into it.
-if workflow.overwrite_configfiles:
-    config.clear()
-    config.update(workflow.config_settings.overwrite_config)
-
-
+# A --configfile names a whole study: it replaces config.yaml instead of being merged into it
+# (profiles/default/config.yaml sets replace-workflow-config, which Snakemake reads on every run).
 validate(config, "schemas/config.schema.yaml")
 
 
@@ -27,6 +23,7 @@ include: "rules/aggregate.smk"
 include: "rules/figures.smk"
 include: "rules/perf_common.smk"
 include: "rules/perf.smk"
+include: "rules/plan.smk"
 include: "rules/train.smk"
 include: "rules/report.smk"
 include: "rules/probes.smk"

@@ -12,7 +12,6 @@ the figures; cells with few examples are flagged ``small_n`` and the Markdown sa
 
 from __future__ import annotations
 
-import json
 import math
 import zlib
 from pathlib import Path
@@ -21,10 +20,10 @@ import numpy as np
 import pandas as pd
 
 from .io import read_jsonl
-from .methods import FULL_RETENTION, METHODS
+from .methods import FULL_RETENTION, METHODS, method_label
 
 CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size", "decode_batch_size"]
-PAIRING_COLUMNS = ["dataset", "task", "model", "question_mode", "decode_batch_size"]
+GROUP_COLUMNS = ["dataset", "task", "model", "question_mode"]
 BASELINE_METHOD = "full_cache"
 BASELINE_BATCH_SIZE = 1
 SUMMARY_COLUMNS = CELL_COLUMNS + [
@@ -140,18 +139,16 @@ def build_summary(
     if not cells:
         raise ValueError("no accepted cell to tabulate: the config check refused every target (see logs/check_config/)")
     expected_ns = expected_ns or [None] * len(score_files)
-    cells = [with_decode_batch_size(cell) for cell in cells]
     scores_by_cell = [read_scores(path) for path in score_files]
-    baselines = {
-        tuple(cell[c] for c in PAIRING_COLUMNS): scores
-        for cell, scores in zip(cells, scores_by_cell)
-        if is_baseline(cell)
-    }
+    baselines: dict[tuple, dict[int, dict[str, float]]] = {}
+    for cell, scores in zip(cells, scores_by_cell):
+        if is_baseline(cell):
+            baselines.setdefault(tuple(cell[c] for c in GROUP_COLUMNS), {})[int(cell["decode_batch_size"])] = scores
     rows = []
     for path, cell, expected, scores in zip(score_files, cells, expected_ns, scores_by_cell):
         row = summarize_cell(path, cell, expected, seed, small_n, n_resamples)
-        baseline = baselines.get(tuple(cell[c] for c in PAIRING_COLUMNS))
-        if baseline is not None and not is_baseline(cell):
+        baseline = baseline_scores(cell, baselines.get(tuple(cell[c] for c in GROUP_COLUMNS), {}))
+        if baseline is not None:
             row.update(paired_difference(scores, baseline, rng_for(seed, cell, "paired"), n_resamples))
         rows.append(row)
     frame = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
@@ -163,23 +160,32 @@ def build_summary(
     return frame.drop(columns="method_order").reset_index(drop=True)
 
 
-def with_decode_batch_size(cell: dict) -> dict:
-    """Cells named before decode batching existed were decoded one at a time."""
-    return {"decode_batch_size": 1, **cell}
+def baseline_scores(cell: dict, by_decode_batch: dict[int, dict[str, float]]) -> dict[str, float] | None:
+    """The full-cache (batch 1) scores a cell is compared with, None for the baseline itself.
+
+    The reference is the full cache at the smallest decode batch size run. A compressed cell decoded in
+    batches of d is compared with the full cache decoded in batches of d when the study ran it; the full
+    cache at other decode or prefill batch sizes is compared with the reference, so what batching does
+    to the full cache shows as its own difference.
+    """
+    if not by_decode_batch:
+        return None
+    reference = min(by_decode_batch)
+    decode = int(cell["decode_batch_size"])
+    if is_baseline(cell):
+        return None if decode == reference else by_decode_batch[reference]
+    if cell["method"] != BASELINE_METHOD and decode in by_decode_batch:
+        return by_decode_batch[decode]
+    return by_decode_batch[reference]
 
 
 def per_example_frame(score_files: list[str], cells: list[dict]) -> pd.DataFrame:
     """Every scored example, one row each, with its cell: the data behind every aggregate."""
-    cells = [with_decode_batch_size(cell) for cell in cells]
     rows = []
     for path, cell in zip(score_files, cells):
         for record in read_jsonl(path):
             rows.append({**cell, "id": record["id"], "metric": record["metric"], "score": float(record["score"])})
     return pd.DataFrame(rows, columns=CELL_COLUMNS + ["id", "metric", "score"])
-
-
-def method_label(name: str) -> str:
-    return METHODS[name].label if name in METHODS else name
 
 
 def _interval(low, high) -> str:
@@ -208,7 +214,8 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
         lines.append(
             f"> **Warning: {len(incomplete)} cells are INCOMPLETE** (scored on fewer examples than the study "
             "asked for): " + "; ".join(
-                f"{method_label(r.method)} {r.retention:.2f} batch {r.batch_size} ({r.n} of {r.expected_n})"
+                f"{method_label(r.method)} {r.retention:.2f} batch {r.batch_size} decode {r.decode_batch_size} "
+                f"({r.n} of {r.expected_n})"
                 for r in incomplete.itertuples()
             ) + ". They are marked below and left out of the figures."
         )
@@ -216,8 +223,11 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
     for (dataset, task, model), group in summary.groupby(["dataset", "task", "model"], sort=True):
         metric = group["metric"].iloc[0]
         lines += [f"## {dataset} / {task} / {model} ({metric} x100)", ""]
-        lines.append("| method | question mode | KV kept | batch | n | score | 95% CI | Δ vs full cache | 95% CI (paired) | flags |")
-        lines.append("|---|---|---:|---:|---:|---:|---|---:|---|---|")
+        lines.append(
+            "| method | question mode | KV kept | batch | decode batch | n | score | 95% CI | Δ vs full cache | "
+            "95% CI (paired) | flags |"
+        )
+        lines.append("|---|---|---:|---:|---:|---:|---:|---|---:|---|---|")
         for row in group.itertuples():
             flags = []
             if row.incomplete:
@@ -229,16 +239,9 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
             diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"
             lines.append(
                 f"| {method_label(row.method)} | {row.question_mode.replace('_', '-')} | {retention_percent(row.retention)} | "
-                f"{row.batch_size} | {row.n} | {row.score:.2f} | {_interval(row.ci_low, row.ci_high)} | {diff} | "
+                f"{row.batch_size} | {row.decode_batch_size} | {row.n} | {row.score:.2f} | {_interval(row.ci_low, row.ci_high)} | {diff} | "
                 f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {', '.join(flags)} |"
             )
         lines.append("")
     return "\n".join(lines)
 
-
-def read_summary(path: str | Path) -> pd.DataFrame:
-    return pd.read_csv(path)
-
-
-def cells_from_json(text: str) -> list[dict]:
-    return json.loads(text)

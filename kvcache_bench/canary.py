@@ -12,8 +12,9 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from .prompts import SYNTHETIC_TASK
+
 CANARY_DIR = Path(__file__).resolve().parent.parent / "resources" / "canary"
-TASK = "synthetic_qa"
 HELD_OUT_SEED = 777  # training draws its documents from (training seed, step); this seed is never used there
 METHOD_KWARGS = {"snapkv": {"window_size": 8}}  # as config/demo.yaml: the prompt's question fits in 8 tokens
 
@@ -65,7 +66,7 @@ def held_out_rows(
         max_words=max_words,
         facts_per_document=facts_per_document,
         questions_per_document=questions_per_document,
-        task=TASK,
+        task=SYNTHETIC_TASK,
     )
     random.Random(HELD_OUT_SEED).shuffle(rows)
     return rows
@@ -74,7 +75,7 @@ def held_out_rows(
 def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
     from .metrics import score_example
 
-    scores = [score_example(TASK, p, r["answers"]) for p, r in zip(predictions, rows)]
+    scores = [score_example(SYNTHETIC_TASK, p, r["answers"]) for p, r in zip(predictions, rows)]
     return 100.0 * sum(scores) / len(scores)
 
 
@@ -88,7 +89,7 @@ def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, s
     if setting.batch_size == 1:
         records = run_cell(
             rows,
-            task=TASK,
+            task=SYNTHETIC_TASK,
             model_settings=model_settings,
             method=setting.method,
             retention=setting.retention,
@@ -119,7 +120,7 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     model = load_model(model_settings.path, model_settings.dtype, model_settings.attn_implementation, pick_device(model_settings.device))
     press = build_press(setting.method, setting.retention, kwargs, seed=seed)
     stop_ids = stop_token_ids(model, tokenizer)
-    prompts = [build_prompt_tokens(tokenizer, TASK, r["context"], r["input"], model_settings.max_context_tokens) for r in rows]
+    prompts = [build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens) for r in rows]
     answers = []
     for start in range(0, len(prompts), setting.batch_size):
         chunk = prompts[start : start + setting.batch_size]

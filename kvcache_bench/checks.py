@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config_checks import retention_label
 from .methods import FULL_RETENTION, UnknownMethodError, build_press, get_method
 from .prompts import KNOWN_TASKS
+from .study import setting_slug
 
 QUESTION_MODES = ("question_aware", "question_agnostic")
 
@@ -39,10 +39,6 @@ class Cell:
             f"{self.dataset}/{self.task}/{self.model}/{self.method}/{self.question_mode}/"
             f"{setting_slug(self.retention, self.batch_size, self.decode_batch_size)}"
         )
-
-
-def setting_slug(retention: float, batch_size: int, decode_batch_size: int = 1) -> str:
-    return f"retention-{retention_label(retention)}_batch-{batch_size}_decode-{decode_batch_size}"
 
 
 def problems_with(cell: Cell) -> list[str]:
@@ -76,6 +72,11 @@ def problems_with(cell: Cell) -> list[str]:
     if spec.evicts and not 0.0 < cell.retention < 1.0:
         problems.append(f"{spec.label} retention must be in (0, 1), got {cell.retention}")
     return problems
+
+
+def problems_of(fields: dict) -> list[str]:
+    """``problems_with`` for a cell given as a dict of its fields (what kvcache_bench.study passes)."""
+    return problems_with(Cell(**fields))
 
 
 def check_cell(cell: Cell) -> None:

@@ -12,31 +12,17 @@ import difflib
 import json
 import os
 import re
-from decimal import Decimal
 from pathlib import Path
 
 from .methods import METHODS
+from .study import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
 
 # Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
-RETENTION_WILDCARD = r"[01]\.\d\d+"  # no braces: Snakemake reads them as wildcards
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
 
 
 class StudyConfigError(ValueError):
     pass
-
-
-def retention_label(retention: float) -> str:
-    """The retention as paths spell it: 0.5 -> "0.50", 0.125 -> "0.125"; ``float(label) == retention`` always.
-
-    Jobs read their retention back from the path, so the label must name exactly one float: two decimals
-    when they are exact, otherwise the shortest decimal that reads back as the same float (never an exponent).
-    """
-    value = float(retention)
-    two_decimals = f"{value:.2f}"
-    if float(two_decimals) == value:
-        return two_decimals
-    return format(Decimal(repr(value)), "f")
 
 
 def method_kwargs_problems(config: dict) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .data import SPECIAL_TOKENS, synthetic_vocabulary
+from .data import SPECIAL_TOKENS
 
 
 def build_word_tokenizer(vocabulary: list[str]):
@@ -28,10 +28,6 @@ def build_word_tokenizer(vocabulary: list[str]):
     return PreTrainedTokenizerFast(
         tokenizer_object=core, unk_token="<unk>", pad_token="<pad>", bos_token="<s>", eos_token="</s>"
     )
-
-
-def demo_tokenizer_for_synthetic_data():
-    return build_word_tokenizer(synthetic_vocabulary())
 
 
 def build_demo_model(model_config_path: str | Path, tokenizer_dir: str | Path, seed: int, out_dir: str | Path) -> Path:

@@ -9,7 +9,7 @@ import os
 import platform
 import re
 import subprocess
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .io import count_records, sha256_of, write_json_atomic
@@ -140,7 +140,7 @@ def device_description() -> dict[str, str]:
 def build_manifest(outputs: list[str], params: dict, seed: int | None, extra: dict | None = None) -> dict:
     manifest = {
         "outputs": [str(path) for path in outputs],
-        "created_utc": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "config_hash": config_hash(params),
         "params": scrub_secrets(params),

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.machinery
 import math
+import sys
+import types
 from dataclasses import dataclass, field
 
 
@@ -52,6 +55,11 @@ QUANTIZED_CACHE_OPTIONS = ("residual_length", "q_group_size", "axis_key", "axis_
 FULL_RETENTION = 1.0
 
 
+def method_label(name: str) -> str:
+    """How users know a method (tables, legends); an unregistered name as it is."""
+    return METHODS[name].label if name in METHODS else name
+
+
 def get_method(name: str) -> MethodSpec:
     try:
         return METHODS[name]
@@ -73,12 +81,45 @@ def retentions_for(method: str, retentions: list[float]) -> list[float]:
     return [FULL_RETENTION] if not get_method(method).evicts else list(retentions)
 
 
+class _DatasetsOnFirstCall(types.ModuleType):
+    """Stands in for ``datasets`` while kvpress imports: each function it hands out imports the real one when called."""
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def deferred(*args, **kwargs):
+            return getattr(importlib.import_module("datasets"), name)(*args, **kwargs)
+
+        return deferred
+
+
+def import_kvpress():
+    """kvpress, without importing ``datasets``.
+
+    kvpress's ``__init__`` imports every press, and two we never build (DuoAttention, ExpectedAttentionStats)
+    import ``datasets`` at module level to fetch calibration data from the hub. ``datasets`` (with pandas and
+    pyarrow) was a third of a generate job's start-up on CPU; a press that does call it still gets the real one.
+    """
+    if "kvpress" in sys.modules or "datasets" in sys.modules:
+        return importlib.import_module("kvpress")
+    importlib.import_module("transformers")  # reads which packages are installed once, before the stand-in
+    stand_in = _DatasetsOnFirstCall("datasets")
+    stand_in.__spec__ = importlib.machinery.ModuleSpec("datasets", None)
+    sys.modules["datasets"] = stand_in
+    try:
+        return importlib.import_module("kvpress")
+    finally:
+        if sys.modules.get("datasets") is stand_in:
+            del sys.modules["datasets"]
+
+
 def resolve_press_class(spec: MethodSpec):
     """The installed kvpress class for a method, or a clear error naming the installed version."""
     if spec.press_class is None:
         return None
     try:
-        kvpress = importlib.import_module("kvpress")
+        kvpress = import_kvpress()
     except ImportError as error:
         raise UnknownMethodError(f"method {spec.name!r} needs kvpress, which is not importable: {error}") from error
     press_class = getattr(kvpress, spec.press_class, None)

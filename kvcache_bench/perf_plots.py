@@ -14,12 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .methods import METHODS  # noqa: E402
-from .perf import require_one_hardware  # noqa: E402
-
-# Okabe-Ito (colour-blind safe), as in the quality figures.
-PALETTE = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#000000", "#999999"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "h"]
+from .methods import METHODS, method_label  # noqa: E402
+from .perf_tables import require_one_hardware  # noqa: E402
+from .plots import method_style  # noqa: E402
 
 
 def _peak_memory_gib(frame: pd.DataFrame) -> tuple[pd.Series, str]:
@@ -56,12 +53,12 @@ def perf_vs_retention(summary: pd.DataFrame, metric: str):
         panel = frame[(frame["model"] == model) & (frame["context_tokens"] == context) & (frame["batch_size"] == 1)]
         full = panel[panel["method"] == "full_cache"]
         if not full.empty:
-            ax.axhline(full["value"].iloc[0], color="black", linestyle="--", linewidth=1.2, label=METHODS["full_cache"].label)
-        for i, method in enumerate(compressed):
+            ax.axhline(full["value"].iloc[0], color=method_style("full_cache")["color"], linestyle="--", linewidth=1.2,
+                       label=method_label("full_cache"))
+        for method in compressed:
             line = panel[panel["method"] == method].sort_values("retention")
             if not line.empty:
-                ax.plot(line["retention"] * 100, line["value"], marker=MARKERS[i % len(MARKERS)],
-                        color=PALETTE[i % len(PALETTE)], label=METHODS[method].label)
+                ax.plot(line["retention"] * 100, line["value"], label=method_label(method), **method_style(method))
         ax.set_xlabel("KV cache kept (% of prompt tokens)")
         ax.set_ylabel(ylabel)
         ax.set_title(f"{model} · {int(context)} tokens", fontsize=9)

@@ -18,7 +18,7 @@ import pandas as pd  # noqa: E402
 
 from .aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD  # noqa: E402
 from .io import atomic_path  # noqa: E402
-from .methods import METHODS  # noqa: E402
+from .methods import METHODS, method_label  # noqa: E402
 
 # Okabe & Ito (2008), without black, which is kept for the full cache.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
@@ -28,10 +28,6 @@ FULL_CACHE_COLOUR = "#000000"
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h", "*", "p"]
 RETENTION_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
 COMPRESSED_METHODS = [name for name in METHODS if name != BASELINE_METHOD]
-
-
-def method_label(name: str) -> str:
-    return METHODS[name].label if name in METHODS else name
 
 
 def method_style(name: str) -> dict:
@@ -45,9 +41,14 @@ def method_style(name: str) -> dict:
 def _one_decode_batch(frame: pd.DataFrame) -> pd.DataFrame:
     """Rows of the smallest decode batch size present: decode batching must not change answers, so one
     setting speaks for all (and a study that also ran others gets one line per method, not several)."""
-    if "decode_batch_size" not in frame or frame.empty:
+    if frame.empty:
         return frame
     return frame[frame["decode_batch_size"] == frame["decode_batch_size"].min()]
+
+
+def setting_label(batch_size: int, decode_batch_size: int) -> str:
+    """A full-cache setting as the batch-size figure names it: prefill batch, and decode batch when above 1."""
+    return f"batch {batch_size}" + (f"\ndecode {decode_batch_size}" if decode_batch_size > 1 else "")
 
 
 def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None) -> None:
@@ -200,7 +201,7 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
     eviction methods at batch > 1 are refused by the config check and never appear here.
     """
     frame = _complete(summary[summary["method"] == BASELINE_METHOD])
-    if frame.empty or frame["batch_size"].nunique() < 2:
+    if frame.empty or len(frame.groupby(["batch_size", "decode_batch_size"])) < 2:
         return _empty_figure(
             "Only one batch size was run for the full cache: nothing to compare.\n"
             "Set batch_size_overrides: {full_cache: [1, 4]} in the config.", title)
@@ -209,17 +210,19 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
     for c, (dataset, task, model, mode) in enumerate(groups):
         ax = axes[0][c]
         panel = frame[(frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
-                      & (frame["question_mode"] == mode)].sort_values("batch_size")
+                      & (frame["question_mode"] == mode)].sort_values(["batch_size", "decode_batch_size"])
         positions = np.arange(len(panel))
+        labels = [setting_label(b, d) for b, d in zip(panel["batch_size"], panel["decode_batch_size"])]
+        reference = labels[int(np.argmax(panel["diff_vs_full"].isna().to_numpy()))].replace("\n", " · ")
         errors = np.vstack([panel["score"] - panel["ci_low"], panel["ci_high"] - panel["score"]])
         ax.errorbar(positions, panel["score"], yerr=errors, fmt="o", color=FULL_CACHE_COLOUR, capsize=5,
                     label=f"{method_label(BASELINE_METHOD)} (mean, 95% CI)")
         for x, row in zip(positions, panel.itertuples()):
             text = f"n = {row.n}"
             if not pd.isna(row.diff_vs_full):
-                text += f"\nΔ vs batch 1: {row.diff_vs_full:+.2f}\n[{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]"
+                text += f"\nΔ vs {reference}: {row.diff_vs_full:+.2f}\n[{row.diff_ci_low:+.2f}, {row.diff_ci_high:+.2f}]"
             ax.annotate(text, (x, row.ci_high), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
-        ax.set_xticks(positions, [f"batch {b}" for b in panel["batch_size"]])
+        ax.set_xticks(positions, labels)
         ax.set_xlim(-0.6, len(panel) - 0.4)
         ax.set_xlabel("Prompts per batch (left-padded)")
         ax.set_ylabel(_metric_axis_label(task, panel["metric"].iloc[0]))

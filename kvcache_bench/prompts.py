@@ -127,7 +127,8 @@ RULER_PROMPTS = {task: "{context}{input}" for task in RULER_TASKS}
 SYNTHETIC_PROMPTS = {
     "synthetic_qa": "read the document and answer the question .\n\ndocument : {context}\n\nquestion : {input}\nanswer :",
 }
-SYNTHETIC_MAX_NEW_TOKENS = {"synthetic_qa": 8}
+SYNTHETIC_TASK = "synthetic_qa"  # the offline demo's task (kvcache_bench.data writes it; the canary trains on it)
+SYNTHETIC_MAX_NEW_TOKENS = {SYNTHETIC_TASK: 8}
 
 PROMPTS = {**LONGBENCH_PROMPTS, **RULER_PROMPTS, **SYNTHETIC_PROMPTS}
 MAX_NEW_TOKENS = {**LONGBENCH_MAX_NEW_TOKENS, **RULER_MAX_NEW_TOKENS, **SYNTHETIC_MAX_NEW_TOKENS}

@@ -45,11 +45,10 @@ import torch
 from .data import MAX_ANSWER_WORDS, make_synthetic_document, synthetic_question, synthetic_vocabulary
 from .loading import pick_device
 from .io import write_text_atomic
-from .prompts import PROMPTS, split_prompt
+from .prompts import PROMPTS, SYNTHETIC_TASK, split_prompt
 
 log = logging.getLogger(__name__)
 
-TASK = "synthetic_qa"
 IGNORE = -100
 
 
@@ -95,7 +94,7 @@ class TrainSettings:
     model: ModelShape = field(default_factory=ModelShape)
 
     @classmethod
-    def from_dict(cls, values: dict) -> "TrainSettings":
+    def from_dict(cls, values: dict) -> TrainSettings:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -135,8 +134,8 @@ class Vocabulary:
 
 def training_sequence(rng: random.Random, vocab: Vocabulary, max_tokens: int, settings: TrainSettings) -> tuple[list[int], list[int]]:
     """A random document and several of its questions, as (input ids, labels), at most ``max_tokens`` long."""
-    head = 1 + len(split_prompt(TASK, "", "")[0].split())
-    per_question = len(_between_context_and_question().split()) + len(split_prompt(TASK, "", "what is the x of y ?")[1].split()) + MAX_ANSWER_WORDS + 1
+    head = 1 + len(split_prompt(SYNTHETIC_TASK, "", "")[0].split())
+    per_question = len(_between_context_and_question().split()) + len(split_prompt(SYNTHETIC_TASK, "", "what is the x of y ?")[1].split()) + MAX_ANSWER_WORDS + 1
     budget = max_tokens - head
     n_questions = max(1, min(settings.questions_per_sequence, budget // 40))
     max_words = budget - n_questions * per_question
@@ -155,11 +154,11 @@ def encode_sequence(vocab: Vocabulary, context: str, asked: list[dict]) -> tuple
     previous answer's EOS. ``labels[t]`` is the token at t+1 when that token is an answer word or the
     answer's EOS, and IGNORE otherwise.
     """
-    context_text, _ = split_prompt(TASK, context, "")
+    context_text, _ = split_prompt(SYNTHETIC_TASK, context, "")
     ids = [vocab.bos] + vocab.encode(context_text)
     is_target = [False] * len(ids)
     for turn, fact in enumerate(asked):
-        _, question_text = split_prompt(TASK, context, synthetic_question(fact))
+        _, question_text = split_prompt(SYNTHETIC_TASK, context, synthetic_question(fact))
         question = (vocab.encode(_between_context_and_question()) if turn else []) + vocab.encode(question_text)
         answer = vocab.encode(fact["value"]) + [vocab.eos]
         ids += question + answer
@@ -170,7 +169,7 @@ def encode_sequence(vocab: Vocabulary, context: str, asked: list[dict]) -> tuple
 
 def _between_context_and_question() -> str:
     """What the prompt puts between the document and the question ("question :"), repeated per turn."""
-    return PROMPTS[TASK].split("{context}", 1)[1].split("{input}", 1)[0]
+    return PROMPTS[SYNTHETIC_TASK].split("{context}", 1)[1].split("{input}", 1)[0]
 
 
 def sequences_at(length: int, settings: TrainSettings) -> int:
@@ -276,7 +275,7 @@ class Schedule:
     decay_end: int
 
     @classmethod
-    def for_steps(cls, settings: TrainSettings, first_step: int = 0) -> "Schedule":
+    def for_steps(cls, settings: TrainSettings, first_step: int = 0) -> Schedule:
         decay_start = first_step + int((settings.steps - first_step) * (1 - settings.decay_fraction))
         return cls(first_step, settings.warmup_steps, settings.learning_rate, decay_start, settings.steps)
 

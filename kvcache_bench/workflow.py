@@ -102,3 +102,70 @@ def logging_to(job):
         finally:
             root.removeHandler(handler)
             sys.stderr = previous
+
+
+def package_modules(script: str | os.PathLike, package_dir: str | os.PathLike) -> list[str]:
+    """The package modules a script can run: the ones it imports and theirs, imports inside functions included.
+
+    Read from the source (nothing is imported), so the Snakefile can compute it for any env's script.
+    """
+    import ast
+    from pathlib import Path
+
+    package_dir = Path(package_dir)
+    package = package_dir.name
+
+    def file_of(dotted: str) -> Path | None:
+        parts = dotted.split(".")[1:]
+        if not parts:
+            return None  # the package's __init__ runs no study code
+        module = package_dir.joinpath(*parts)
+        return next((c for c in (module.with_suffix(".py"), module / "__init__.py") if c.is_file()), None)
+
+    def imported_by(path: Path, dotted_self: str | None) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names if alias.name.split(".")[0] == package}
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = dotted_self.rsplit(".", node.level)[0] if dotted_self else package
+                    module = f"{base}.{node.module}" if node.module else base
+                elif node.module and node.module.split(".")[0] == package:
+                    module = node.module
+                else:
+                    continue
+                names.add(module)
+                names |= {f"{module}.{alias.name}" for alias in node.names}
+        return {name for name in names if file_of(name)}
+
+    seen: dict[str, Path] = {}
+    pending = list(imported_by(Path(script), None))
+    while pending:
+        dotted = pending.pop()
+        if dotted in seen:
+            continue
+        seen[dotted] = file_of(dotted)
+        pending += imported_by(seen[dotted], dotted)
+    return sorted(str(path.relative_to(package_dir.parent)) for path in set(seen.values()))
+
+
+def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike) -> str:
+    """A hash of the package modules ``script`` runs (their paths and contents): a rule's params carry it, so
+    editing the library reruns exactly the jobs whose scripts run the edited module."""
+    import hashlib
+    from pathlib import Path
+
+    digest = hashlib.sha256()
+    root = Path(package_dir).parent
+    for relative in package_modules(script, package_dir):
+        digest.update(relative.encode() + b"\0" + (root / relative).read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def print_and_log(job, text: str) -> None:
+    """For rules with no output (plan, doctor): the text goes to stdout and, under Snakemake, to the rule's log."""
+    sys.stdout.write(text)
+    if len(job.log) and job.log[0] != "/dev/stderr":
+        with open(job.log[0], "w", encoding="utf-8") as handle:
+            handle.write(text)

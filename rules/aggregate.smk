@@ -11,21 +11,28 @@ rule aggregate:
             category="Tables",
         ),
         markdown="results/tables/summary.md",
+        markdown_manifest="results/tables/summary.md.manifest.json",
         per_example=report(
             "results/tables/per_example.csv",
             caption="../report/per_example_table.rst",
             category="Tables",
         ),
         manifest="results/tables/summary.csv.manifest.json",
+        per_example_manifest="results/tables/per_example.csv.manifest.json",
     log:
         "logs/aggregate.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
+        code=package_code("aggregate.py"),
         cells=cells_for_table(),
-        expected_n=[expected_examples(cell) for cell in study_cells()],
+        expected_n=expected_examples_per_cell(),
         seed=SEED,
         small_n=30,
         n_resamples=10000,
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/aggregate.py"
+
+
+localrules:
+    aggregate,

@@ -8,23 +8,27 @@ rule check_methods:
         manifest="results/checks/methods.json.manifest.json",
     log:
         "logs/check_methods.log",
-    params:
-        methods=config["methods"],
-        method_kwargs=config.get("method_kwargs", {}),
     conda:
         "../envs/generate.yaml"
+    params:
+        code=package_code("check_methods.py"),
+        methods=config["methods"],
+        method_kwargs=config["method_kwargs"],
     script:
         "../scripts/check_methods.py"
 
 
 rule check_config:
     input:
-        methods="results/checks/methods.json",
+        methods=rules.check_methods.output.resolved,
     output:
         ok=f"results/checks/{CELL_PATTERN}.ok",
     log:
         f"logs/check_config/{CELL_PATTERN}.log",
+    conda:
+        "../envs/analysis.yaml"
     params:
+        code=package_code("check_config.py"),
         dataset="{dataset}",
         task="{task}",
         model="{model}",
@@ -33,18 +37,24 @@ rule check_config:
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
         decode_batch_size=wildcard_int("decode_batch_size"),
-    conda:
-        "../envs/analysis.yaml"
     script:
         "../scripts/check_config.py"
 
 
+# No output: like `plan`, it runs whenever asked, so an upgraded kvpress is never hidden by a stale table.
 rule doctor:
-    output:
-        table="results/doctor/methods.tsv",
     log:
         "logs/doctor.log",
     conda:
         "../envs/generate.yaml"
+    params:
+        code=package_code("doctor.py"),
     script:
         "../scripts/doctor.py"
+
+
+# Milliseconds of work each: on a cluster they run in the Snakemake process instead of waiting in the queue.
+localrules:
+    check_methods,
+    check_config,
+    doctor,

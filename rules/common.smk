@@ -1,36 +1,35 @@
 # Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
 
+import functools
 import os
 import re
 import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from kvcache_bench.workflow import export_package_path
+from kvcache_bench.workflow import export_package_path, package_code_hash
 
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
 # this file again), so the code that ran is the code the manifest's git commit names.
 export_package_path(workflow.basedir)
 
-from kvcache_bench.checks import Cell, problems_with
-from kvcache_bench.config_checks import (
-    RETENTION_WILDCARD,
-    check_study_config,
-    lock_holder_warning,
-    remote_code_warning,
-    retention_label,
-)
-from kvcache_bench.data import synthetic_row_count
-from kvcache_bench.methods import retentions_for
-from kvcache_bench.prompts import max_new_tokens_for
+import yaml
 
+from kvcache_bench import study
+from kvcache_bench.checks import Cell, problems_of
+from kvcache_bench.methods import retentions_for
+from kvcache_bench.config_checks import check_study_config, lock_holder_warning, remote_code_warning
+from kvcache_bench.study import CELL_PATTERN, cell_path
+
+# Defaults live in the schema only: fill them in once, so the rules never restate one.
+with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
+    study.apply_schema_defaults(config, yaml.safe_load(handle))
+
+# Inputs that would silently change the measurement are refused here, before any job (dry runs too).
 check_study_config(config, os.getcwd())
 
 SEED = config["seed"]
-GENERATION = config.get("generation", {})
-QUESTION_MODES = config["question_modes"]
-SETTING_PATTERN = "retention-{retention}_batch-{batch_size}_decode-{decode_batch_size}"
-CELL_PATTERN = f"{{dataset}}/{{task}}/{{model}}/{{method}}/{{question_mode}}/{SETTING_PATTERN}"
+GENERATION = config["generation"]
 
 
 def _alternatives(names):
@@ -42,9 +41,13 @@ HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in
 SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
 BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
 
+# The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
+# refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.
+STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), problems_of)
+
 
 wildcard_constraints:
-    retention=RETENTION_WILDCARD,
+    retention=study.RETENTION_WILDCARD,
     batch_size=r"\d+",
     decode_batch_size=r"\d+",
     question_mode="question_aware|question_agnostic",
@@ -54,88 +57,12 @@ wildcard_constraints:
     task=r"[A-Za-z0-9_-]+",
 
 
-def batch_sizes_for(method):
-    """batch_sizes applies to every method unless batch_size_overrides names the method."""
-    return config.get("batch_size_overrides", {}).get(method, config["batch_sizes"])
-
-
-def decode_batch_sizes_for(batch_size):
-    """A padded prefill batch decodes together already: decode batching applies to batch size 1."""
-    return [1] if batch_size > 1 else config.get("decode_batch_sizes", [1])
-
-
-def requested_cells():
-    """Every (dataset, task, model, method, question mode, retention, batch size) the config asks for."""
-    cells = []
-    for dataset, dataset_cfg in config["datasets"].items():
-        for task in dataset_cfg["tasks"]:
-            for model in config["models"]:
-                for method in config["methods"]:
-                    for mode in QUESTION_MODES:
-                        for retention in retentions_for(method, config["retentions"]):
-                            for batch_size in batch_sizes_for(method):
-                                for decode_batch_size in decode_batch_sizes_for(batch_size):
-                                    cells.append(
-                                        dict(
-                                            dataset=dataset,
-                                            task=task,
-                                            model=model,
-                                            method=method,
-                                            question_mode=mode,
-                                            retention=retention_label(retention),
-                                            batch_size=str(batch_size),
-                                            decode_batch_size=str(decode_batch_size),
-                                        )
-                                    )
-    return cells
-
-
-def _is_refused(cell):
-    return bool(
-        problems_with(
-            Cell(**table_cell(cell))
-        )
-    )
-
-
-def study_cells():
-    """The requested cells the config check accepts: only these reach tables and figures."""
-    return [cell for cell in requested_cells() if not _is_refused(cell)]
-
-
 def refused_checks():
-    """Check outputs of refused cells: requested by `all` so their check job fails loudly, naming them."""
-    return [
-        f"results/checks/{CELL_PATTERN.format(**cell)}.ok"
-        for cell in requested_cells()
-        if _is_refused(cell)
-    ]
-
-
-def announce_before_any_job():
-    """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
-    if not workflow.is_main_process:
-        return
-    cells = [Cell(**table_cell(cell)) for cell in requested_cells()]
-    refusals = [f"refused target {cell.target}: {'; '.join(problems)}" for cell in cells if (problems := problems_with(cell))]
-    warnings = [lock_holder_warning("."), *(remote_code_warning(model, name) for name, model in config["models"].items())]
-    for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
-        print(line, file=sys.stderr)
-
-
-def cell_path(stage, cell, suffix):
-    return f"results/{stage}/{CELL_PATTERN.format(**cell)}{suffix}"
-
-
-def expected_examples(cell):
-    dataset_cfg = config["datasets"][cell["dataset"]]
-    if dataset_cfg["source"] == "synthetic":
-        return dataset_cfg.get("num_examples") or synthetic_row_count(dataset_cfg.get("synthetic", {}))
-    return dataset_cfg.get("num_examples")
+    return [cell_path("checks", cell, ".ok") for cell in REFUSED_CELLS]
 
 
 def all_score_files():
-    return [cell_path("scores", cell, ".jsonl") for cell in study_cells()]
+    return [cell_path("scores", cell, ".jsonl") for cell in STUDY_CELLS]
 
 
 TABLES = ["summary.csv", "summary.md", "per_example.csv"]
@@ -152,21 +79,44 @@ def figure_files():
 
 def final_outputs():
     """With no accepted cell there is nothing to tabulate: only the refused checks, which fail naming why."""
-    return refused_checks() + (table_files() + figure_files() if study_cells() else [])
+    return refused_checks() + (table_files() + figure_files() if STUDY_CELLS else [])
+
+
+def announce_before_any_job():
+    """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
+    if not workflow.is_main_process:
+        return
+    typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
+    refusals = [f"refused target {Cell(**cell).target}: {'; '.join(problems_of(cell))}" for cell in typed]
+    warnings = [
+        lock_holder_warning("."),
+        *(remote_code_warning(model, name) for name, model in config["models"].items()),
+    ]
+    for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
+        print(line, file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- per-rule params
+
+
+@functools.cache
+def package_code(script):
+    """Hash of the package modules the script runs. Every rule's params carry it: Snakemake reruns a job
+    whose params changed, so a library edit reruns exactly the jobs that run the edited module."""
+    return package_code_hash(
+        os.path.join(workflow.basedir, "scripts", script), os.path.join(workflow.basedir, "kvcache_bench")
+    )
 
 
 def model_settings(wildcards):
     model = config["models"][wildcards.model]
     return dict(
         path=model["path"],
-        dtype=model.get("dtype", "bfloat16"),
-        attn_implementation=model.get("attn_implementation", "sdpa"),
-        trust_remote_code=model.get("trust_remote_code", False),
-        max_context_tokens=model.get("max_context_tokens", 127500),
-        device=GENERATION.get("device", "auto"),
+        dtype=model["dtype"],
+        attn_implementation=model["attn_implementation"],
+        trust_remote_code=model["trust_remote_code"],
+        max_context_tokens=model["max_context_tokens"],
+        device=GENERATION["device"],
     )
 
 
@@ -178,11 +128,11 @@ def built_model_inputs(wildcards):
 
 
 def max_new_tokens(wildcards):
-    return max_new_tokens_for(wildcards.task, GENERATION.get("max_new_tokens", {}).get(wildcards.task))
+    return study.max_new_tokens(config, wildcards.task)
 
 
 def method_kwargs(wildcards):
-    return config.get("method_kwargs", {}).get(wildcards.method, {})
+    return config["method_kwargs"].get(wildcards.method, {})
 
 
 def dataset_setting(key, default=None):
@@ -200,17 +150,11 @@ def built_model_setting(key):
 
 
 def cells_for_table():
-    return [table_cell(cell) for cell in study_cells()]
+    return [study.typed_cell(cell) for cell in STUDY_CELLS]
 
 
-def table_cell(cell):
-    """A cell's wildcards with their numeric types, as the checks and tables take them."""
-    return {
-        **cell,
-        "retention": float(cell["retention"]),
-        "batch_size": int(cell["batch_size"]),
-        "decode_batch_size": int(cell["decode_batch_size"]),
-    }
+def expected_examples_per_cell():
+    return [study.expected_examples(config, cell) for cell in STUDY_CELLS]
 
 
 def wildcard_float(name):
@@ -240,6 +184,11 @@ def probe_setting(section, key):
     return lookup
 
 
+def padding_probe_retention(wildcards):
+    """The configured retention for an evicting press; 1.0 for a method that keeps the whole cache."""
+    return retentions_for(wildcards.method, [config["probes"]["padding"]["retention"]])[0]
+
+
 def padding_probe_rows(wildcards):
     padding = config["probes"]["padding"]
     return [f"results/data/{dataset}/{padding['task']}.jsonl" for dataset in padding["datasets"]]
@@ -255,5 +204,7 @@ def probe_outputs():
             outputs.append(f"results/probes/{sink['dataset']}/{sink['task']}/{model}/attention_sink.json")
         if "padding" in probes:
             padding = probes["padding"]
-            outputs += [f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]]
+            outputs += [
+                f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]
+            ]
     return outputs

@@ -9,17 +9,18 @@ rule download_dataset:
         "logs/download_dataset/{dataset}/{task}.log",
     wildcard_constraints:
         dataset=_alternatives(HUB_DATASETS),
+    conda:
+        "../envs/data.yaml"
     params:
+        code=package_code("download_dataset.py"),
         dataset="{dataset}",
         task="{task}",
         hub_id=dataset_setting("hub_id"),
         local_path=dataset_setting("local_path"),
-        split=dataset_setting("split", "test"),
+        split=dataset_setting("split"),
         data_dir=dataset_setting("data_dir"),
         num_examples=dataset_setting("num_examples"),
         seed=SEED,
-    conda:
-        "../envs/data.yaml"
     script:
         "../scripts/download_dataset.py"
 
@@ -32,14 +33,15 @@ rule make_synthetic_dataset:
         "logs/make_synthetic_dataset/{dataset}/{task}.log",
     wildcard_constraints:
         dataset=_alternatives(SYNTHETIC_DATASETS),
+    conda:
+        "../envs/data.yaml"
     params:
+        code=package_code("make_synthetic_dataset.py"),
         dataset="{dataset}",
         task="{task}",
         generator=dataset_setting("synthetic", {}),
         num_examples=dataset_setting("num_examples"),
         seed=SEED,
-    conda:
-        "../envs/data.yaml"
     script:
         "../scripts/make_synthetic_dataset.py"
 
@@ -54,9 +56,10 @@ rule build_demo_model:
         "logs/build_demo_model/{model}.log",
     wildcard_constraints:
         model=_alternatives(BUILT_MODELS),
-    params:
-        seed=SEED,
     conda:
         "../envs/generate.yaml"
+    params:
+        code=package_code("build_demo_model.py"),
+        seed=SEED,
     script:
         "../scripts/build_demo_model.py"

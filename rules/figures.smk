@@ -4,7 +4,7 @@
 
 rule figure_quality_vs_retention:
     input:
-        summary="results/tables/summary.csv",
+        summary=rules.aggregate.output.summary,
     output:
         png=report(
             "results/figures/quality_vs_retention.png",
@@ -13,20 +13,22 @@ rule figure_quality_vs_retention:
             subcategory="Quality",
         ),
         svg="results/figures/quality_vs_retention.svg",
+        manifest="results/figures/quality_vs_retention.png.manifest.json",
     log:
         "logs/figures/quality_vs_retention.log",
-    params:
-        title="Answer quality vs KV cache kept",
-        band_alpha=0.15,
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_quality_vs_retention.py"),
+        title="Answer quality vs KV cache kept",
+        band_alpha=0.15,
     script:
         "../scripts/figure_quality_vs_retention.py"
 
 
 rule figure_paired_scatter:
     input:
-        per_example="results/tables/per_example.csv",
+        per_example=rules.aggregate.output.per_example,
     output:
         png=report(
             "results/figures/paired_scatter.png",
@@ -35,20 +37,22 @@ rule figure_paired_scatter:
             subcategory="Quality",
         ),
         svg="results/figures/paired_scatter.svg",
+        manifest="results/figures/paired_scatter.png.manifest.json",
     log:
         "logs/figures/paired_scatter.log",
-    params:
-        title="Per example: method vs full cache",
-        point_alpha=0.5,
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_paired_scatter.py"),
+        title="Per example: method vs full cache",
+        point_alpha=0.5,
     script:
         "../scripts/figure_paired_scatter.py"
 
 
 rule figure_batch_size:
     input:
-        summary="results/tables/summary.csv",
+        summary=rules.aggregate.output.summary,
     output:
         png=report(
             "results/figures/batch_size.png",
@@ -57,11 +61,19 @@ rule figure_batch_size:
             subcategory="Batch size",
         ),
         svg="results/figures/batch_size.svg",
+        manifest="results/figures/batch_size.png.manifest.json",
     log:
         "logs/figures/batch_size.log",
-    params:
-        title="Full cache: does batching change the answers?",
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_batch_size.py"),
+        title="Full cache: does batching change the answers?",
     script:
         "../scripts/figure_batch_size.py"
+
+
+localrules:
+    figure_quality_vs_retention,
+    figure_paired_scatter,
+    figure_batch_size,

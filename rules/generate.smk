@@ -5,13 +5,21 @@ rule generate:
     input:
         unpack(built_model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
-        ok=f"results/checks/{CELL_PATTERN}.ok",
+        ok=rules.check_config.output.ok,
     output:
         predictions=f"results/predictions/{CELL_PATTERN}.jsonl",
         manifest=f"results/predictions/{CELL_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/generate/{CELL_PATTERN}.log",
+    benchmark:
+        f"benchmarks/generate/{CELL_PATTERN}.tsv"
+    conda:
+        "../envs/generate.yaml"
+    threads: GENERATION["threads"]
+    resources:
+        gpu=1,
     params:
+        code=package_code("generate.py"),
         task="{task}",
         model=model_settings,
         method="{method}",
@@ -22,10 +30,6 @@ rule generate:
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
-    threads: GENERATION.get("threads", 1)
-    resources:
-        gpu=1,
-    conda:
-        "../envs/generate.yaml"
+        warm_start=GENERATION["warm_start"],
     script:
         "../scripts/generate.py"

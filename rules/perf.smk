@@ -1,6 +1,7 @@
 # The performance pass (opt-in: `snakemake perf_all`): latency, memory, KV bytes and energy per
-# (model, method, retention, context length), batch 1 by default, and `snakemake plan`: the jobs still to
-# run and their estimated GPU-hours. Settings: the config's `perf:` section (schemas/config.schema.yaml).
+# (model, method, retention, context length), batch 1 by default. Settings: the config's `perf:` section
+# (schemas/config.schema.yaml). What the GPU-hours will be before running: rules/plan.smk.
+
 
 wildcard_constraints:
     context=r"\d+",
@@ -14,21 +15,24 @@ rule perf:
         manifest=f"results/perf/{PERF_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/perf/{PERF_PATTERN}.log",
+    benchmark:
+        f"benchmarks/perf/{PERF_PATTERN}.tsv"
+    conda:
+        "../envs/generate.yaml"
+    threads: GENERATION["threads"]
+    resources:
+        gpu=1,
     params:
+        code=package_code("perf.py"),
         model=model_settings,
         model_name="{model}",
         method="{method}",
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
         context_tokens=wildcard_int("context"),
-        context_source=PERF.get("context_source", "dataset"),
-        hardware=PERF.get("hardware", "auto"),
+        context_source=PERF["context_source"],
+        hardware=PERF["hardware"],
         settings=perf_settings,
-    threads: GENERATION.get("threads", 1)
-    resources:
-        gpu=1,
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/perf.py"
 
@@ -43,13 +47,15 @@ rule perf_summary:
         "logs/perf_summary.log",
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("perf_summary.py"),
     script:
         "../scripts/perf_summary.py"
 
 
 rule figure_perf_peak_memory:
     input:
-        summary="results/tables/perf_summary.csv",
+        summary=rules.perf_summary.output.summary,
     output:
         png=report(
             "results/figures/perf_peak_memory_vs_retention.png",
@@ -58,19 +64,21 @@ rule figure_perf_peak_memory:
             subcategory="Performance",
         ),
         svg="results/figures/perf_peak_memory_vs_retention.svg",
+        manifest="results/figures/perf_peak_memory_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_peak_memory_vs_retention.log",
-    params:
-        metric="peak_memory",
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("perf_figure.py"),
+        metric="peak_memory",
     script:
         "../scripts/perf_figure.py"
 
 
 rule figure_perf_itl:
     input:
-        summary="results/tables/perf_summary.csv",
+        summary=rules.perf_summary.output.summary,
     output:
         png=report(
             "results/figures/perf_itl_vs_retention.png",
@@ -79,19 +87,21 @@ rule figure_perf_itl:
             subcategory="Performance",
         ),
         svg="results/figures/perf_itl_vs_retention.svg",
+        manifest="results/figures/perf_itl_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_itl_vs_retention.log",
-    params:
-        metric="itl",
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("perf_figure.py"),
+        metric="itl",
     script:
         "../scripts/perf_figure.py"
 
 
 rule figure_perf_energy_per_token:
     input:
-        summary="results/tables/perf_summary.csv",
+        summary=rules.perf_summary.output.summary,
     output:
         png=report(
             "results/figures/perf_energy_per_token_vs_retention.png",
@@ -100,12 +110,14 @@ rule figure_perf_energy_per_token:
             subcategory="Performance",
         ),
         svg="results/figures/perf_energy_per_token_vs_retention.svg",
+        manifest="results/figures/perf_energy_per_token_vs_retention.png.manifest.json",
     log:
         "logs/figures/perf_energy_per_token_vs_retention.log",
-    params:
-        metric="energy_per_token",
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("perf_figure.py"),
+        metric="energy_per_token",
     script:
         "../scripts/perf_figure.py"
 
@@ -115,22 +127,9 @@ rule perf_all:
         perf_outputs(),
 
 
-# No output: like `snakemake -n`, it runs whenever asked and only prints (and logs) the plan.
-rule plan:
-    log:
-        "logs/plan.log",
-    params:
-        jobs=plan_jobs(),
-        records=perf_estimate_records(),
-        same_cost_as=PERF.get("estimate", {}).get("same_cost_as", {}),
-        defaults=PERF.get("estimate", {}).get("defaults", {}),
-        gpu_name=PERF.get("estimate", {}).get("gpu_name"),
-    conda:
-        "../envs/analysis.yaml"
-    script:
-        "../scripts/plan.py"
-
-
 localrules:
+    perf_summary,
+    figure_perf_peak_memory,
+    figure_perf_itl,
+    figure_perf_energy_per_token,
     perf_all,
-    plan,

@@ -1,57 +1,16 @@
-# Helpers of rules/perf.smk: the perf cells, paths and params, computed from the config's `perf:` section.
+# Helpers of rules/perf.smk and rules/plan.smk: the perf cells, paths and params, from the config's `perf:` section.
 
-PERF = config.get("perf", {})
-PERF_PATTERN = "{dataset}/{task}/{model}/{method}/context-{context}/retention-{retention}_batch-{batch_size}"
-
-
-def perf_dataset_and_task():
-    """Contexts are cut from this dataset's documents; cells are checked as its task's cells."""
-    dataset = PERF.get("dataset") or next(iter(config["datasets"]))
-    task = PERF.get("task") or config["datasets"][dataset]["tasks"][0]
-    return dataset, task
-
-
-def requested_perf_cells():
-    dataset, task = perf_dataset_and_task()
-    cells = []
-    for model in config["models"]:
-        for method in PERF.get("methods") or config["methods"]:
-            for retention in retentions_for(method, PERF.get("retentions") or config["retentions"]):
-                for batch_size in PERF.get("batch_sizes", [1]):
-                    for context in PERF.get("context_lengths", []):
-                        cells.append(
-                            dict(
-                                dataset=dataset,
-                                task=task,
-                                model=model,
-                                method=method,
-                                question_mode="question_aware",
-                                retention=retention_label(retention),
-                                batch_size=str(batch_size),
-                                decode_batch_size="1",
-                                context=str(context),
-                            )
-                        )
-    return cells
-
-
-def perf_cells():
-    """The perf cells the config check accepts (the same check as generation: eviction + batch > 1 is refused)."""
-    return [cell for cell in requested_perf_cells() if not _is_refused({k: v for k, v in cell.items() if k != "context"})]
+PERF = config["perf"]
+PERF_PATTERN = study.PERF_PATTERN
+PERF_CELLS, REFUSED_PERF_CELLS = study.split_by_check(study.requested_perf_cells(config), problems_of)
 
 
 def refused_perf_checks():
-    return sorted(
-        {
-            f"results/checks/{CELL_PATTERN.format(**cell)}.ok"
-            for cell in requested_perf_cells()
-            if _is_refused({k: v for k, v in cell.items() if k != "context"})
-        }
-    )
+    return sorted({cell_path("checks", cell, ".ok") for cell in REFUSED_PERF_CELLS})
 
 
 def perf_record_files():
-    return [f"results/perf/{PERF_PATTERN.format(**cell)}.jsonl" for cell in perf_cells()]
+    return [study.perf_record_path(cell) for cell in PERF_CELLS]
 
 
 PERF_FIGURES = ["peak_memory", "itl", "energy_per_token"]
@@ -65,8 +24,8 @@ def perf_outputs():
 def perf_inputs(wildcards):
     """The cell's config check; the dataset's rows when contexts are cut from documents; a built model."""
     cell = dict(wildcards.items(), question_mode="question_aware", decode_batch_size="1")
-    inputs = {"ok": f"results/checks/{CELL_PATTERN.format(**cell)}.ok"}
-    if PERF.get("context_source", "dataset") == "dataset":
+    inputs = {"ok": cell_path("checks", cell, ".ok")}
+    if PERF["context_source"] == "dataset":
         inputs["rows"] = "results/data/{dataset}/{task}.jsonl".format(**cell)
     inputs.update(built_model_inputs(wildcards))
     return inputs
@@ -74,50 +33,14 @@ def perf_inputs(wildcards):
 
 def perf_settings(wildcards):
     return dict(
-        new_tokens=PERF.get("new_tokens", 64),
-        warmup=PERF.get("warmup", 1),
-        repeats=PERF.get("repeats", 3),
+        new_tokens=PERF["new_tokens"],
+        warmup=PERF["warmup"],
+        repeats=PERF["repeats"],
         seed=SEED,
-        power_sample_hz=PERF.get("power_sample_hz", 20.0),
+        power_sample_hz=PERF["power_sample_hz"],
         task=wildcards.task,
         method_kwargs={wildcards.method: method_kwargs(wildcards)},
     )
-
-
-def plan_jobs():
-    """Every GPU job the config asks for, with what its cost depends on (for `snakemake plan`)."""
-    jobs = []
-    for cell in study_cells():
-        jobs.append(
-            dict(
-                stage="generate",
-                output=cell_path("predictions", cell, ".jsonl"),
-                model=cell["model"],
-                method=cell["method"],
-                retention=float(cell["retention"]),
-                batch_size=int(cell["batch_size"]),
-                runs=expected_examples(cell) or 0,
-                prompt_tokens=None,
-                max_context_tokens=config["models"][cell["model"]].get("max_context_tokens", 127500),
-                new_tokens=max_new_tokens_for(cell["task"], GENERATION.get("max_new_tokens", {}).get(cell["task"])),
-            )
-        )
-    for cell in perf_cells():
-        jobs.append(
-            dict(
-                stage="perf",
-                output=f"results/perf/{PERF_PATTERN.format(**cell)}.jsonl",
-                model=cell["model"],
-                method=cell["method"],
-                retention=float(cell["retention"]),
-                batch_size=int(cell["batch_size"]),
-                runs=PERF.get("warmup", 1) + PERF.get("repeats", 3),
-                prompt_tokens=int(cell["context"]),
-                max_context_tokens=int(cell["context"]),
-                new_tokens=PERF.get("new_tokens", 64),
-            )
-        )
-    return jobs
 
 
 def perf_estimate_records():
@@ -126,4 +49,4 @@ def perf_estimate_records():
 
     found = sorted(glob.glob("results/perf/**/*.jsonl", recursive=True))
     # Named files that do not exist yet (reference records not committed) are skipped, not an error.
-    return found + [p for p in PERF.get("estimate", {}).get("records", []) if os.path.exists(p)]
+    return found + [p for p in PERF["estimate"].get("records", []) if os.path.exists(p)]

@@ -16,13 +16,14 @@ rule probe_attention_sink:
         manifest="results/probes/{dataset}/{task}/{model}/attention_sink.json.manifest.json",
     log:
         "logs/probe_attention_sink/{dataset}/{task}/{model}.log",
+    conda:
+        "../envs/generate.yaml"
     params:
+        code=package_code("probe_attention_sink.py"),
         task="{task}",
         model=model_settings,
         examples=probe_setting("attention_sink", "examples"),
         seed=SEED,
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/probe_attention_sink.py"
 
@@ -36,17 +37,19 @@ rule probe_padding:
         manifest="results/probes/padding/{task}/{model}/{method}.json.manifest.json",
     log:
         "logs/probe_padding/{task}/{model}/{method}.log",
+    conda:
+        "../envs/generate.yaml"
+    threads: GENERATION["threads"]
     params:
+        code=package_code("probe_padding.py"),
         task="{task}",
         model=model_settings,
         method="{method}",
-        retention=probe_setting("padding", "retention"),
+        retention=padding_probe_retention,
         batch_size=probe_setting("padding", "batch_size"),
         examples_per_dataset=probe_setting("padding", "examples_per_dataset"),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
-    conda:
-        "../envs/generate.yaml"
     script:
         "../scripts/probe_padding.py"

@@ -3,15 +3,20 @@
 
 rule score:
     input:
-        predictions=f"results/predictions/{CELL_PATTERN}.jsonl",
+        predictions=rules.generate.output.predictions,
     output:
         scores=f"results/scores/{CELL_PATTERN}.jsonl",
         manifest=f"results/scores/{CELL_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/score/{CELL_PATTERN}.log",
-    params:
-        task="{task}",
     conda:
         "../envs/analysis.yaml"
+    params:
+        code=package_code("score.py"),
+        task="{task}",
     script:
         "../scripts/score.py"
+
+
+localrules:
+    score,

@@ -17,12 +17,15 @@ rule train_canary:
         model_dir=directory("results/models/canary"),
     log:
         "logs/train_canary.log",
-    params:
-        settings=CANARY_TRAIN_SETTINGS,
+    benchmark:
+        "benchmarks/train_canary.tsv"
+    conda:
+        "../envs/generate.yaml"
     threads: 8
     resources:
         gpu=1,
-    conda:
-        "../envs/generate.yaml"
+    params:
+        code=package_code("train_canary.py"),
+        settings=CANARY_TRAIN_SETTINGS,
     script:
         "../scripts/train_canary.py"

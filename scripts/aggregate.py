@@ -16,8 +16,9 @@ with logging_to(job):
     )
     with atomic_path(job.output.summary) as tmp:
         summary.to_csv(tmp, index=False)
+    per_example = per_example_frame(score_files, cells)
     with atomic_path(job.output.per_example) as tmp:
-        per_example_frame(score_files, cells).to_csv(tmp, index=False)
+        per_example.to_csv(tmp, index=False)
     write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n))
-    for output in (job.output.summary, job.output.per_example, job.output.markdown):
-        write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(summary)})
+    for output, rows in ((job.output.summary, summary), (job.output.per_example, per_example), (job.output.markdown, summary)):
+        write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(rows)})

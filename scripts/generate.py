@@ -1,37 +1,13 @@
 """Snakemake adapter: run one (dataset, task, model, method, retention, batch, question mode) cell."""
 
-import logging
-
-import torch
-
-from kvcache_bench.config_checks import remote_code_warning
-from kvcache_bench.cell import run_cell
-from kvcache_bench.loading import ModelSettings
-from kvcache_bench.gpus import pin_gpus_for_job
-from kvcache_bench.io import read_jsonl, write_jsonl_atomic
-from kvcache_bench.manifest import verify_against_manifest, write_manifest
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench import warm_start
+from kvcache_bench.workflow import current_job
 
 job = current_job(globals())
-with logging_to(job):
-    pin_gpus_for_job(job)  # first: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts
-    p = job.params
-    data = verify_against_manifest(job.input.rows)
-    if warning := remote_code_warning(p.model):
-        logging.getLogger("kvcache_bench").warning(warning)
-    torch.set_num_threads(max(1, int(job.threads)))
-    records = run_cell(
-        read_jsonl(job.input.rows),
-        task=p.task,
-        model_settings=ModelSettings(**p.model),
-        method=p.method,
-        retention=p.retention,
-        batch_size=p.batch_size,
-        decode_batch_size=p.decode_batch_size,
-        question_mode=p.question_mode,
-        max_new_tokens=p.max_new_tokens,
-        seed=p.seed,
-        method_kwargs=p.method_kwargs,
-    )
-    count = write_jsonl_atomic(job.output.predictions, records)
-    write_manifest(job.output.predictions, params_of(job), p.seed, extra={"records": count, "data_sha256": data["content"]["sha256"]})
+if warm_start.applies_to(job):
+    # torch is not imported here: a process that has it imported runs the job (each cell still its own job)
+    warm_start.run_warm(job, "kvcache_bench.generate_job:run_generate_job", key=job.params.code)
+else:
+    from kvcache_bench.generate_job import run_generate_job
+
+    run_generate_job(job)

@@ -9,9 +9,9 @@ import pytest
 from kvcache_bench.aggregate import bootstrap_mean_ci, build_summary, summary_markdown
 
 
-def cell(method, retention=0.5, batch_size=1, mode="question_aware", task="qasper"):
+def cell(method, retention=0.5, batch_size=1, mode="question_aware", task="qasper", decode=1):
     return dict(dataset="longbench", task=task, model="llama", method=method, question_mode=mode,
-                retention=retention, batch_size=batch_size)
+                retention=retention, batch_size=batch_size, decode_batch_size=decode)
 
 
 def write_scores(path, scores, metric="qa_f1"):
@@ -107,7 +107,7 @@ def test_a_cell_missing_examples_is_flagged_in_csv_and_markdown(tmp_path):
     assert row(summary, "snapkv")["incomplete"]
     markdown = summary_markdown(summary)
     assert "1 cells are INCOMPLETE" in markdown
-    assert "SnapKV 0.50 batch 1 (3 of 4)" in markdown
+    assert "SnapKV 0.50 batch 1 decode 1 (3 of 4)" in markdown
     assert "INCOMPLETE (3 of 4)" in markdown.split("| SnapKV |")[1].splitlines()[0]
 
 
@@ -124,7 +124,7 @@ def test_markdown_names_methods_as_users_know_them(tmp_path):
     summary = summarize(tmp_path, [(cell("full_cache", 1.0), scores_of([1.0] * 3)),
                                    (cell("expected_attention", 0.25), scores_of([0.0] * 3))])
     markdown = summary_markdown(summary)
-    assert "| Expected Attention | question-aware | 25% | 1 | 3 | 0.00 |" in markdown
+    assert "| Expected Attention | question-aware | 25% | 1 | 1 | 3 | 0.00 |" in markdown
     assert "| Full cache |" in markdown
 
 
@@ -142,3 +142,23 @@ def test_rows_start_with_full_cache_then_methods_from_most_to_least_cache_kept(t
     ])
     assert list(zip(summary["method"], summary["retention"], summary["batch_size"])) == [
         ("full_cache", 1.0, 1), ("full_cache", 1.0, 4), ("snapkv", 0.5, 1), ("snapkv", 0.1, 1)]
+
+
+def test_decode_batches_are_a_column_and_find_their_full_cache(tmp_path):
+    values = scores_of([1, 0, 1, 1, 0.5])
+    summary = summarize(tmp_path, [(cell("full_cache", 1.0, decode=16), values), (cell("full_cache", 1.0, batch_size=4), values),
+                                   (cell("knorm", 0.5, decode=16), scores_of([0, 0, 1, 1, 0.5]))])
+    assert not np.isnan(row(summary, "full_cache", batch_size=4)["diff_vs_full"])  # no decode-1 baseline needed
+    assert row(summary, "knorm")["diff_vs_full"] == -20.0
+    markdown = summary_markdown(summary)
+    assert "| batch | decode batch |" in markdown
+    assert "| Full cache | question-aware | 100% | 1 | 16 |" in markdown
+
+
+def test_full_cache_decoded_in_batches_is_compared_with_decoding_one_at_a_time(tmp_path):
+    summary = summarize(tmp_path, [(cell("full_cache", 1.0), scores_of([1, 1, 1, 1])),
+                                   (cell("full_cache", 1.0, decode=16), scores_of([1, 1, 1, 0])),
+                                   (cell("knorm", 0.5, decode=16), scores_of([1, 1, 0, 0]))])
+    decoded_together = summary[(summary["method"] == "full_cache") & (summary["decode_batch_size"] == 16)].iloc[0]
+    assert decoded_together["diff_vs_full"] == -25.0
+    assert row(summary, "knorm")["diff_vs_full"] == -25.0  # paired with full cache at the same decode batch

@@ -14,12 +14,18 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-
 from conftest import copy_workflow, run_snakemake
+
 from kvcache_bench.config_checks import remote_code_files, remote_code_warning, retention_label
 from kvcache_bench.data import DataRowError, load_longbench_rows, normalise_rows
 from kvcache_bench.io import write_jsonl_atomic
-from kvcache_bench.manifest import ManifestMismatchError, config_hash, scrub_secrets, verify_against_manifest, write_manifest
+from kvcache_bench.manifest import (
+    ManifestMismatchError,
+    config_hash,
+    scrub_secrets,
+    verify_against_manifest,
+    write_manifest,
+)
 
 CELL = "synthetic/synthetic_qa/canary"
 

@@ -15,9 +15,10 @@ from kvcache_bench.plots import (
 )
 
 
-def summary_row(method, retention, score, batch_size=1, mode="question_aware", incomplete=False, n=50, diff=np.nan):
+def summary_row(method, retention, score, batch_size=1, mode="question_aware", incomplete=False, n=50, diff=np.nan,
+                decode=1):
     return dict(dataset="longbench", task="qasper", model="llama", method=method, question_mode=mode,
-                retention=retention, batch_size=batch_size, metric="qa_f1", n=n, expected_n=n,
+                retention=retention, batch_size=batch_size, decode_batch_size=decode, metric="qa_f1", n=n, expected_n=n,
                 incomplete=incomplete, small_n=n < 30, score=score, ci_low=score - 3, ci_high=score + 3,
                 n_paired=n, full_cache_score=50.0, diff_vs_full=diff, diff_ci_low=diff - 1, diff_ci_high=diff + 1)
 
@@ -70,7 +71,7 @@ def test_paired_scatter_pairs_examples_and_counts_better_worse_tied():
     rows = []
     for i, (full, snap) in enumerate([(1.0, 1.0), (1.0, 0.0), (0.0, 0.5), (0.5, 0.5)]):
         base = dict(dataset="d", task="qasper", model="m", question_mode="question_aware", batch_size=1,
-                    id=f"ex{i}", metric="qa_f1")
+                    decode_batch_size=1, id=f"ex{i}", metric="qa_f1")
         rows.append({**base, "method": "full_cache", "retention": 1.0, "score": full})
         rows.append({**base, "method": "snapkv", "retention": 0.5, "score": snap})
     figure = paired_scatter(pd.DataFrame(rows))
@@ -109,10 +110,35 @@ def test_paired_scatter_wraps_many_methods_into_rows_of_four():
     methods = ["snapkv", "streaming_llm", "pyramidkv", "tova", "knorm", "h2o"]
     for method in ["full_cache", *methods]:
         rows.append(dict(dataset="d", task="qasper", model="m", question_mode="question_aware", batch_size=1,
-                         id="ex0", metric="qa_f1", method=method, retention=1.0 if method == "full_cache" else 0.5,
+                         decode_batch_size=1, id="ex0", metric="qa_f1", method=method, retention=1.0 if method == "full_cache" else 0.5,
                          score=0.5))
     figure = paired_scatter(pd.DataFrame(rows))
     visible = [ax for ax in figure.axes if ax.get_visible()]
     assert [ax.get_title().split(" · ")[0] for ax in visible] == ["SnapKV", "StreamingLLM", "PyramidKV", "TOVA", "Knorm", "H2O"]
     assert len(figure.axes) == 8  # a 2 x 4 grid, the last two panels hidden
     assert all(ax.get_xlabel() for ax in visible[2:])  # every bottom-of-column panel says what x is
+
+
+def test_batch_size_figure_tells_decode_batches_apart_and_finds_its_baseline_without_decode_1():
+    both = pd.DataFrame([summary_row("full_cache", 1.0, 50.0), summary_row("full_cache", 1.0, 50.0, decode=16, diff=0.0),
+                         summary_row("full_cache", 1.0, 47.5, batch_size=4, diff=-2.5)])
+    (ax,) = batch_size_sensitivity(both).axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["batch 1", "batch 1\ndecode 16", "batch 4"]
+    only_16 = pd.DataFrame([summary_row("full_cache", 1.0, 50.0, decode=16),
+                            summary_row("full_cache", 1.0, 47.5, batch_size=4, diff=-2.5)])
+    (ax,) = batch_size_sensitivity(only_16).axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["batch 1\ndecode 16", "batch 4"]
+    assert any("Δ vs batch 1 · decode 16: -2.50" in t.get_text() for t in ax.texts)
+
+
+def test_perf_figures_colour_each_method_as_the_quality_figures_do():
+    from kvcache_bench.perf_plots import perf_vs_retention
+
+    rows = [dict(model="m", context_tokens=256, batch_size=1, method=method, retention=retention, itl_mean_s=0.01,
+                 hardware_backend="fake", gpu_name="none") for method, retention in
+            (("full_cache", 1.0), ("knorm", 0.5), ("knorm", 0.1), ("pyramidkv", 0.5), ("pyramidkv", 0.1))]
+    (ax,) = perf_vs_retention(pd.DataFrame(rows), "itl").axes
+    drawn = {line.get_label(): to_rgb(line.get_color()) for line in ax.get_lines()}
+    assert drawn["Knorm"] == to_rgb(method_style("knorm")["color"])
+    assert drawn["PyramidKV"] == to_rgb(method_style("pyramidkv")["color"])
+    assert drawn["Full cache"] == to_rgb("#000000") and drawn["Knorm"] != drawn["PyramidKV"]

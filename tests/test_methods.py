@@ -85,3 +85,23 @@ def test_default_quantised_cache_handles_odd_prompt_lengths():
     with torch.inference_mode():
         prefill(model, cache, [3 + i % 60 for i in range(71)])
     assert cache.get_seq_length() == 71
+
+
+def test_building_a_press_does_not_import_datasets_yet_datasets_stays_importable():
+    """`datasets` was a third of a generate job's start-up: kvpress imports it only for presses we never build."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from kvcache_bench.methods import build_press\n"
+        "build_press('snapkv', 0.5, {'window_size': 8})\n"
+        "assert 'datasets' not in sys.modules and 'pandas' not in sys.modules, 'datasets came in with kvpress'\n"
+        "import datasets\n"
+        "assert datasets.load_dataset.__module__.startswith('datasets'), 'a stand-in survived the kvpress import'\n"
+        "from kvpress.presses import duo_attention_press\n"
+        "print(duo_attention_press.load_dataset.__qualname__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "deferred" in result.stdout  # DuoAttention's load_dataset imports the real one when called

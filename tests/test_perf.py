@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kvcache_bench import perf
+from kvcache_bench import perf, perf_hardware, perf_tables, plan
 from kvcache_bench.checks import ConfigCheckError
 from kvcache_bench.engine import generate_one
 from kvcache_bench.methods import build_press
@@ -75,7 +75,7 @@ def test_kv_cache_bytes_are_what_the_cache_holds_after_compression(tiny_model):
 def test_records_carry_every_metric_and_the_fake_backend(tiny_model):
     cells = [perf.PerfCell("tiny", "full_cache", 1.0, 64), perf.PerfCell("tiny", "knorm", 0.5, 64)]
     settings = perf.PerfSettings(new_tokens=5, warmup=1, repeats=2, seed=3)
-    records = perf.measure_cells(tiny_model, cells, {64: context(64)}, settings, perf.FakeHardware())
+    records = perf.measure_cells(tiny_model, cells, {64: context(64)}, settings, perf_hardware.FakeHardware())
     assert len(records) == 4 and sorted(r["order_index"] for r in records) == [0, 1, 2, 3]
     for record in records:
         assert record["hardware_backend"] == "fake" and record["generated_tokens"] == 5
@@ -83,16 +83,16 @@ def test_records_carry_every_metric_and_the_fake_backend(tiny_model):
         assert record["ttft_s"] > 0 and record["tokens_per_s"] == pytest.approx(5 / record["wall_s"])
         assert 0 <= record["harness_overhead_fraction"] < 1 and record["forward_s"] <= record["wall_s"]
         assert record["energy_per_token_j"] == pytest.approx(record["energy_j"] / 5)
-        assert record["energy_j"] == pytest.approx(perf.FAKE_POWER_WATTS * record["wall_s"], rel=0.5)
+        assert record["energy_j"] == pytest.approx(perf_hardware.FAKE_POWER_WATTS * record["wall_s"], rel=0.5)
         assert record["architecture"]["num_key_value_heads"] == KV_HEADS
-    summary = perf.summarize_perf(records)
+    summary = perf_tables.summarize_perf(records)
     assert list(summary["method"]) == ["full_cache", "knorm"] and list(summary["repeats"]) == [2, 2]
 
 
 def test_eviction_with_batch_above_one_is_refused_and_full_cache_batches(tiny_model):
     settings = perf.PerfSettings(new_tokens=3, warmup=0, repeats=1)
     with pytest.raises(ConfigCheckError, match="padding collapse"):
-        perf.measure_cells(tiny_model, [perf.PerfCell("tiny", "snapkv", 0.5, 64, 2)], {64: context(64)}, settings, perf.FakeHardware())
+        perf.measure_cells(tiny_model, [perf.PerfCell("tiny", "snapkv", 0.5, 64, 2)], {64: context(64)}, settings, perf_hardware.FakeHardware())
     timing = perf.timed_generation(tiny_model, torch.tensor([context(64)] * 3), None, 4)
     assert timing.generated_tokens == 12 and timing.token_ids[0] == timing.token_ids[1] == timing.token_ids[2]
 
@@ -107,7 +107,7 @@ def test_measurement_order_is_a_seeded_shuffle_of_every_run():
 
 
 def test_power_sampler_integrates_power_and_prefers_the_energy_counter():
-    with perf.PowerSampler(lambda: 50.0, lambda: 123, hz=50) as sampler:
+    with perf_hardware.PowerSampler(lambda: 50.0, lambda: 123, hz=50) as sampler:
         time.sleep(0.3)
     result = sampler.result()
     assert result["energy_source"] == "integrated_power_samples"
@@ -115,18 +115,18 @@ def test_power_sampler_integrates_power_and_prefers_the_energy_counter():
     assert result["power_sample_hz"] >= 10 and result["driver_peak_memory_bytes"] == 123
 
     counter = iter([1_000_000, 1_004_000])  # mJ
-    with perf.PowerSampler(lambda: 50.0, lambda: 0, read_energy_mj=lambda: next(counter), hz=20) as sampler:
+    with perf_hardware.PowerSampler(lambda: 50.0, lambda: 0, read_energy_mj=lambda: next(counter), hz=20) as sampler:
         time.sleep(0.05)
     assert sampler.result()["energy_j"] == pytest.approx(4.0)
     assert sampler.result()["energy_source"] == "nvml_energy_counter"
     with pytest.raises(ValueError, match="10 Hz"):
-        perf.PowerSampler(lambda: 0.0, lambda: 0, hz=5)
+        perf_hardware.PowerSampler(lambda: 0.0, lambda: 0, hz=5)
 
 
 def test_percentile_matches_numpy():
     values = [0.3, 0.1, 0.7, 0.2, 0.9, 0.4]
     for q in (50, 95, 0, 100):
-        assert perf.percentile(values, q) == pytest.approx(np.percentile(values, q))
+        assert perf_tables.percentile(values, q) == pytest.approx(np.percentile(values, q))
 
 
 def _record(method, retention, backend="nvml", gpu="NVIDIA H200", **extra):
@@ -143,18 +143,18 @@ def test_tables_and_figures_refuse_to_mix_hardware(other):
     from kvcache_bench.perf_plots import perf_vs_retention
 
     records = [_record("full_cache", 1.0), other]
-    with pytest.raises(perf.MixedHardwareError, match="mix hardware"):
-        perf.summarize_perf(records)
-    with pytest.raises(perf.MixedHardwareError):
-        perf.markdown_table(pd.DataFrame(records))
-    with pytest.raises(perf.MixedHardwareError):
+    with pytest.raises(perf_tables.MixedHardwareError, match="mix hardware"):
+        perf_tables.summarize_perf(records)
+    with pytest.raises(perf_tables.MixedHardwareError):
+        perf_tables.markdown_table(pd.DataFrame(records))
+    with pytest.raises(perf_tables.MixedHardwareError):
         perf_vs_retention(pd.DataFrame(records), "itl")
 
 
 def test_figures_draw_one_hardware_and_name_it():
     from kvcache_bench.perf_plots import perf_vs_retention
 
-    summary = perf.summarize_perf([_record("full_cache", 1.0), _record("knorm", 0.5, itl_mean_s=0.01), _record("knorm", 0.1, itl_mean_s=0.005)])
+    summary = perf_tables.summarize_perf([_record("full_cache", 1.0), _record("knorm", 0.5, itl_mean_s=0.01), _record("knorm", 0.1, itl_mean_s=0.005)])
     figure = perf_vs_retention(summary, "itl")
     assert "NVIDIA H200" in figure._suptitle.get_text()
     ax = figure.axes[0]
@@ -164,9 +164,9 @@ def test_figures_draw_one_hardware_and_name_it():
 
 def test_contexts_have_exactly_the_requested_length(tmp_path):
     from kvcache_bench.data import make_synthetic_rows
-    from kvcache_bench.demo_model import demo_tokenizer_for_synthetic_data
+    from kvcache_bench.train import canary_tokenizer
 
-    tokenizer = demo_tokenizer_for_synthetic_data()
+    tokenizer = canary_tokenizer()
     rows = make_synthetic_rows(3, seed=1, min_words=50, max_words=80)
     ids = perf.dataset_context_ids(tokenizer, "synthetic_qa", rows, 500, seed=1)  # longer than all documents
     assert len(ids) == 500 and ids[0] == tokenizer.bos_token_id
@@ -185,7 +185,7 @@ def _job(stage="perf", method="snapkv", retention=0.5, runs=4, prompt=4096, new=
 
 def test_plan_uses_stated_defaults_without_records():
     defaults = {"load_s": 30.0, "prefill_tokens_per_s": 4096.0, "decode_s_per_token": 0.02, "prompt_tokens": 8192}
-    text = perf.plan_report([_job(), _job(stage="generate", runs=200, prompt=None)], [], defaults=defaults, exists=lambda p: False)
+    text = plan.plan_report([_job(), _job(stage="generate", runs=200, prompt=None)], [], defaults=defaults, exists=lambda p: False)
     perf_hours = (30 + 4 * (1.0 + 63 * 0.02)) / 3600
     generate_hours = (30 + 200 * (2.0 + 63 * 0.02)) / 3600
     assert f"perf           1 {perf_hours:>10.3f}" in text
@@ -201,7 +201,7 @@ def test_plan_estimates_from_measured_records_of_a_same_shaped_model():
         _record("full_cache", 1.0, model="llama-shape", context_tokens=4096, ttft_s=0.5, itl_mean_s=0.04),
     ]
     jobs = [_job(prompt=8000, output="a"), _job(method="knorm", retention=0.1, output="b"), _job(output="done")]
-    text = perf.plan_report(jobs, records, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"}, defaults={"load_s": 0},
+    text = plan.plan_report(jobs, records, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"}, defaults={"load_s": 0},
                             exists=lambda path: path == "done")
     snapkv_hours = 4 * (0.4 * 8000 / 4096 + 63 * 0.025) / 3600  # nearest measured context: 4096
     knorm_hours = 4 * (0.5 + 63 * 0.04) / 3600  # no knorm record: the model's full cache
@@ -213,11 +213,11 @@ def test_plan_estimates_from_measured_records_of_a_same_shaped_model():
 def test_plan_wants_one_gpu_model_and_prefers_real_records():
     real = _record("snapkv", 0.5, ttft_s=1.0)
     fake = _record("snapkv", 0.5, backend="fake", gpu="none (fake backend)", ttft_s=9.0)
-    assert perf.choose_estimate_hardware([real, fake]) == [real]
+    assert plan.choose_estimate_hardware([real, fake]) == [real]
     other = _record("snapkv", 0.5, gpu="NVIDIA A100-SXM4-80GB")
-    with pytest.raises(perf.MixedHardwareError, match="gpu_name"):
-        perf.choose_estimate_hardware([real, other])
-    assert perf.choose_estimate_hardware([real, other], gpu_name="NVIDIA A100-SXM4-80GB") == [other]
+    with pytest.raises(perf_tables.MixedHardwareError, match="gpu_name"):
+        plan.choose_estimate_hardware([real, other])
+    assert plan.choose_estimate_hardware([real, other], gpu_name="NVIDIA A100-SXM4-80GB") == [other]
 
 
 # ----------------------------------------------------------------------------- NVML backend, against a stand-in
@@ -248,7 +248,7 @@ def test_nvml_backend_reads_power_energy_memory_and_clocks(monkeypatch):
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: types.SimpleNamespace(pci_bus_id=0x19, pci_domain_id=0, pci_device_id=0))
-    hardware = perf.NvmlHardware(torch.device("cuda", 0))
+    hardware = perf_hardware.NvmlHardware(torch.device("cuda", 0))
     assert "00000000:19:00.0" in calls and hardware.has_energy_counter
     described = hardware.describe()
     assert described["gpu_name"] == "NVIDIA H200" and described["driver_version"] == "570.86.15"
@@ -262,7 +262,7 @@ def test_nvml_backend_reads_power_energy_memory_and_clocks(monkeypatch):
 
 
 def test_auto_hardware_is_fake_without_a_gpu():
-    assert perf.pick_hardware("auto", torch.device("cpu")).describe()["hardware_backend"] == "fake"
-    with pytest.raises(perf.HardwareUnavailableError):
-        perf.pick_hardware("nvml", torch.device("cpu"))
-    assert not math.isnan(perf.percentile([1.0], 95))
+    assert perf_hardware.pick_hardware("auto", torch.device("cpu")).describe()["hardware_backend"] == "fake"
+    with pytest.raises(perf_hardware.HardwareUnavailableError):
+        perf_hardware.pick_hardware("nvml", torch.device("cpu"))
+    assert not math.isnan(perf_tables.percentile([1.0], 95))

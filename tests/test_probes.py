@@ -5,7 +5,12 @@ import pytest
 import torch
 
 from kvcache_bench.loading import load_model, load_tokenizer
-from kvcache_bench.probes import attention_on_first_position, attention_sink_report, interleave_by_length, padding_effect
+from kvcache_bench.probes import (
+    attention_on_first_position,
+    attention_sink_report,
+    interleave_by_length,
+    padding_effect,
+)
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 from tests.test_kvpress_parity import ANSWER_PREFIX, QUESTION, haystack
 

@@ -9,12 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
+from conftest import REPO, run_snakemake
 
-from conftest import REPO, run_snakemake, write_config
 from kvcache_bench.io import atomic_path, read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.methods import compression_ratio_for, retentions_for

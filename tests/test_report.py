@@ -1,6 +1,7 @@
 """The report a reader opens, and rebuilding one figure: both on a copy of the checkout, after the demo."""
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -9,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from matplotlib.image import imread
-
 from conftest import copy_workflow, run_snakemake
+from matplotlib.image import imread
 
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
 TABLES = ["summary.csv", "per_example.csv"]
@@ -51,7 +51,9 @@ def chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         if shutil.which(name):
             return shutil.which(name)
-    pytest.fail("chromium is not installed (.ci/run installs Debian's chromium)")
+    if os.environ.get("KVCACHE_BENCH_REQUIRE_CHROMIUM") == "1":
+        pytest.fail("set-up reported chromium ready, but neither chromium nor chromium-browser is on PATH")
+    pytest.skip("chromium is not installed: tools/bootstrap.sh installs it as root (apt-get install chromium)")
 
 
 def rendered_dom(html: Path, profile: Path) -> str:

@@ -15,7 +15,6 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
-
 from conftest import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -214,10 +213,11 @@ def test_demo_runs_through_real_slurm_with_a_gpu_per_generation_job_and_matches_
                                    "--verbose", *extra))
     finished(local_run)
 
-    # Every job went through sbatch, to the edited partition and account; exactly the GPU jobs asked for a GPU.
+    # Every job but the localrules (checks, scores, tables, figures: seconds each) went through sbatch, to the
+    # edited partition and account; exactly the GPU jobs asked for a GPU.
     calls = re.findall(r"sbatch call: (sbatch .*)", log)
     rules = [re.search(r"--comment '?rule_([a-z_]+?)(?:_wildcards_|'| )", call).group(1) for call in calls]
-    assert sorted(set(rules)) == ["aggregate", "check_config", "check_methods", "generate", "make_synthetic_dataset", "score"]
+    assert sorted(set(rules)) == ["generate", "make_synthetic_dataset"]
     assert rules.count("generate") == 2
     for rule, call in zip(rules, calls):
         assert f"-p {partition}" in call

@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import pytest
 import yaml
-
 from conftest import FAKE_HF_TOKEN, planned_jobs, run_snakemake, write_config
 
 PIPELINE_RULES = {

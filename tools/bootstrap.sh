@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Create (or update) .venv with the pinned environment the pipeline and tests run in. Idempotent.
+# Set up everything the tests need: .venv with the pinned environment (idempotent), and, where this
+# machine allows it, the system packages some tests use (tools/system_packages.sh; otherwise they skip).
 # torch is pinned first and alone: an unpinned torch would pull a multi-GB CUDA build.
+# Writes .venv/system-packages.txt: one "<name>: ready|skipped (why)" line per system package.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
+system_log=$(mktemp)
+# apt and SLURM start-up run beside the pip install: they wait on different things.
+bash tools/system_packages.sh >"$system_log" 2>&1 &
+system_pid=$!
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.requirements.sha256
 want=$(cat requirements.txt requirements-dev.txt tools/bootstrap.sh | sha256sum | cut -d' ' -f1)
@@ -15,3 +21,6 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"
 fi
+wait "$system_pid" || true
+cp "$system_log" .venv/system-packages.txt
+cat .venv/system-packages.txt

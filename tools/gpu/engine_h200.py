@@ -26,10 +26,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
-from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE  # noqa: E402
 from kvcache_bench.engine import generate_one, generate_shared_context  # noqa: E402
 from kvcache_bench.methods import build_press  # noqa: E402
+from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE  # noqa: E402
 from kvcache_bench.prompts import PromptTokens  # noqa: E402
 
 TINY = {**TINY_LLAMA_SHAPE, "vocab_size": 512}

@@ -15,7 +15,6 @@ perf_table.md (the README's table) and environment.json under --out.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -25,21 +24,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
-from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
-from kvcache_bench.model_shapes import build_random_model  # noqa: E402
 from kvcache_bench.loading import pick_device  # noqa: E402
 from kvcache_bench.io import write_json_atomic, write_jsonl_atomic, write_text_atomic  # noqa: E402
 from kvcache_bench.manifest import git_commit, package_versions  # noqa: E402
-from kvcache_bench.perf import (  # noqa: E402
-    PerfCell,
-    PerfSettings,
-    filler_context_ids,
-    markdown_table,
-    measure_cells,
-    pick_hardware,
-    summarize_perf,
-)
+from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
+from kvcache_bench.model_shapes import build_random_model  # noqa: E402
+from kvcache_bench.perf import PerfCell, PerfSettings, filler_context_ids, measure_cells  # noqa: E402
+from kvcache_bench.perf_hardware import pick_hardware  # noqa: E402
+from kvcache_bench.perf_tables import markdown_table, summarize_perf  # noqa: E402
 
 log = logging.getLogger("perf_h200")
 

@@ -1,0 +1,44 @@
+"""The generate rule's job: one cell's predictions and their manifest, from the job's input, params and log.
+
+scripts/generate.py runs it in its own process, or, with ``generation.warm_start``, hands it to a warm
+process (kvcache_bench.warm_start) that has torch, transformers and kvpress imported already.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from .config_checks import remote_code_warning
+from .cell import run_cell
+from .gpus import pin_gpus_for_job
+from .io import read_jsonl, write_jsonl_atomic
+from .loading import ModelSettings
+from .manifest import verify_against_manifest, write_manifest
+from .workflow import logging_to, params_of
+
+
+def run_generate_job(job) -> None:
+    with logging_to(job):
+        pin_gpus_for_job(job)  # first: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts
+        p = job.params
+        data = verify_against_manifest(job.input.rows)
+        if warning := remote_code_warning(p.model):
+            logging.getLogger("kvcache_bench").warning(warning)
+        torch.set_num_threads(max(1, int(job.threads)))
+        records = run_cell(
+            read_jsonl(job.input.rows),
+            task=p.task,
+            model_settings=ModelSettings(**p.model),
+            method=p.method,
+            retention=p.retention,
+            batch_size=p.batch_size,
+            decode_batch_size=p.decode_batch_size,
+            question_mode=p.question_mode,
+            max_new_tokens=p.max_new_tokens,
+            seed=p.seed,
+            method_kwargs=p.method_kwargs,
+        )
+        count = write_jsonl_atomic(job.output.predictions, records)
+        write_manifest(job.output.predictions, params_of(job), p.seed, extra={"records": count, "data_sha256": data["content"]["sha256"]})

@@ -1,0 +1,23 @@
+# `snakemake plan`: every GPU job the config asks for that has not run yet, and its estimated GPU-hours
+# (kvcache_bench/plan.py), estimated from perf records of one hardware, else from stated defaults.
+
+
+# No output: like `snakemake -n`, it runs whenever asked and only prints (and logs) the plan.
+rule plan:
+    log:
+        "logs/plan.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("plan.py"),
+        jobs=study.plan_jobs(config, STUDY_CELLS, PERF_CELLS),
+        records=perf_estimate_records(),
+        same_cost_as=PERF["estimate"].get("same_cost_as", {}),
+        defaults=PERF["estimate"].get("defaults", {}),
+        gpu_name=PERF["estimate"].get("gpu_name"),
+    script:
+        "../scripts/plan.py"
+
+
+localrules:
+    plan,

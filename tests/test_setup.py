@@ -1,0 +1,33 @@
+"""The README's set-up command prepares what the tests need, or says why a test will skip."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+
+from conftest import REPO
+
+
+def test_without_root_system_packages_are_skipped_with_a_reason_not_an_error(tmp_path):
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    (stubs / "id").write_text("#!/bin/sh\necho 1000\n")  # a user who is not root
+    (stubs / "id").chmod(0o755)
+    path = f"{stubs}:/usr/bin:/bin"
+    result = subprocess.run(["bash", str(REPO / "tools/system_packages.sh")], capture_output=True, text=True,
+                            env={**os.environ, "PATH": path}, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert set(lines) == {"chromium", "slurm"}
+    for name, status in lines.items():
+        assert status == "ready" or re.fullmatch(r"skipped \(.+\)", status), (name, status)
+    if not (shutil.which("chromium", path=path) or shutil.which("chromium-browser", path=path)):
+        assert "root" in lines["chromium"]
+
+
+def test_ci_and_the_readme_share_one_set_up_script():
+    assert "bash tools/system_packages.sh" in (REPO / "tools/bootstrap.sh").read_text()
+    assert "bash tools/bootstrap.sh" in (REPO / ".ci/run").read_text()
+    assert "bash tools/bootstrap.sh" in (REPO / "README.md").read_text()
