@@ -49,14 +49,22 @@ def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: d
     settings = {**ESTIMATE_DEFAULTS, **defaults}
     prompt = job["prompt_tokens"] or min(int(settings["prompt_tokens"]), job["max_context_tokens"])
     model = same_cost_as.get(job["model"], job["model"])
-    same_model = [r for r in records if r.get("model") == model and r.get("batch_size", 1) == job["batch_size"]]
+    # records without a decode batch size (the perf pass) decoded one example at a time
+    decode = job.get("decode_batch_size", 1)
+    same_model = [
+        r for r in records
+        if r.get("model") == model and r.get("batch_size", 1) == job["batch_size"] and r.get("decode_batch_size", 1) == decode
+    ]
     exact = [r for r in same_model if r["method"] == job["method"] and abs(r["retention"] - job["retention"]) < 1e-9]
     baseline = [r for r in same_model if r["method"] == "full_cache"]
-    if exact or baseline:
-        matched = exact or baseline
+    # decode-batched records measure whole examples, whose cost the (method-independent) prefill dominates
+    other_method = same_model if decode > 1 else []
+    if exact or baseline or other_method:
+        matched = exact or baseline or other_method
         per_run = _per_run_seconds(matched, prompt, job["new_tokens"])
         gpu = matched[0].get("gpu_name")
-        source = f"measured {model} on {gpu}" + ("" if exact else " (full cache)")
+        kind = "" if exact else " (full cache)" if baseline else f" ({matched[0]['method']} {matched[0]['retention']:.0%})"
+        source = f"measured {model} on {gpu}" + kind + (f" at decode batch {decode}" if decode > 1 else "")
     else:
         per_run = prompt / settings["prefill_tokens_per_s"] + (job["new_tokens"] - 1) * settings["decode_s_per_token"]
         source = "defaults"

@@ -185,6 +185,7 @@ def plan_jobs(config: dict, study_cells: list[dict], perf_cells: list[dict]) -> 
             method=cell["method"],
             retention=float(cell["retention"]),
             batch_size=int(cell["batch_size"]),
+            decode_batch_size=int(cell.get("decode_batch_size", 1)),
             runs=expected_examples(config, cell) or 0,
             prompt_tokens=None,
             max_context_tokens=config["models"][cell["model"]]["max_context_tokens"],

@@ -266,3 +266,18 @@ def test_auto_hardware_is_fake_without_a_gpu():
     with pytest.raises(perf_hardware.HardwareUnavailableError):
         perf_hardware.pick_hardware("nvml", torch.device("cpu"))
     assert not math.isnan(perf_tables.percentile([1.0], 95))
+
+
+def test_decode_batched_generate_jobs_are_planned_from_records_at_their_decode_batch():
+    records = [
+        _record("snapkv", 0.5, model="llama-shape", context_tokens=4096, ttft_s=0.4, itl_mean_s=0.025),
+        {**_record("snapkv", 0.5, model="llama-shape", context_tokens=5000, ttft_s=0.25, itl_mean_s=0.0), "decode_batch_size": 32},
+    ]
+    batched = {**_job(stage="generate", prompt=5000, output="a"), "decode_batch_size": 32}
+    other_method = {**batched, "method": "knorm", "output": "b"}
+    alone = {**_job(stage="generate", prompt=4096, output="c"), "decode_batch_size": 1}
+    text = plan.plan_report([batched, other_method, alone], records, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"},
+                            defaults={"load_s": 0}, exists=lambda path: False)
+    assert f"{4 * 0.25 / 3600:>8.4f}  measured llama-shape on NVIDIA H200 at decode batch 32" in text
+    assert f"{4 * 0.25 / 3600:>8.4f}  measured llama-shape on NVIDIA H200 (snapkv 50%) at decode batch 32" in text
+    assert f"{4 * (0.4 + 63 * 0.025) / 3600:>8.4f}  measured llama-shape on NVIDIA H200\n" in text

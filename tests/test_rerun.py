@@ -16,6 +16,7 @@ FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_
 def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_included():
     generate = package_modules(REPO / "scripts/generate.py", REPO / "kvcache_bench")
     assert {"kvcache_bench/engine.py", "kvcache_bench/batched_decode.py", "kvcache_bench/methods.py"} <= set(generate)
+    assert {"kvcache_bench/cell.py", "kvcache_bench/prefill.py", "kvcache_bench/caches.py", "kvcache_bench/loading.py"} <= set(generate)
     assert "kvcache_bench/plots.py" not in generate
     figure = package_modules(REPO / "scripts/figure_quality_vs_retention.py", REPO / "kvcache_bench")
     assert "kvcache_bench/plots.py" in figure and "kvcache_bench/engine.py" not in figure
