@@ -198,14 +198,18 @@ def materialise_gguf_model(gguf_path: str | os.PathLike, out_dir: str | os.PathL
     return out_dir
 
 
-def file_digests(directory: str | os.PathLike) -> dict[str, str]:
-    """sha256 of every file in a model directory, by relative path (the manifest lists them)."""
+def file_digests(directory: str | os.PathLike) -> list[dict[str, str]]:
+    """[{path, sha256}] of the model directory's files, hidden files and manifests aside.
+
+    A list rather than a {path: digest} mapping: manifests redact every key containing "token", and
+    two of these files are tokenizer files.
+    """
     root = Path(directory)
-    return {
-        path.relative_to(root).as_posix(): sha256_of_file(path)
+    return [
+        {"path": path.relative_to(root).as_posix(), "sha256": sha256_of_file(path)}
         for path in sorted(root.rglob("*"))
-        if path.is_file() and not path.name.endswith(".manifest.json")
-    }
+        if path.is_file() and not path.name.startswith(".") and not path.name.endswith(".manifest.json")
+    ]
 
 
 def materialise_packaged_model(
