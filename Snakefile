@@ -15,6 +15,7 @@ validate(config, "schemas/config.schema.yaml")
 
 
 include: "rules/common.smk"
+include: "rules/models.smk"
 include: "rules/data.smk"
 include: "rules/check.smk"
 include: "rules/generate.smk"

@@ -59,8 +59,8 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
     workdir = Path(workdir)
     problems = []
     for name, settings in models.items():
-        if settings.get("build"):
-            continue  # the workflow builds it (rule build_demo_model)
+        if settings.get("build") or settings.get("from_package"):
+            continue  # the workflow makes it (rules/models.smk)
         path = settings["path"]
         local = Path(os.path.expanduser(path))
         local = local if local.is_absolute() else workdir / local

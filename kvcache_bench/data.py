@@ -417,12 +417,12 @@ def synthetic_row_count(generator: dict) -> int:
     return settings.get("n_documents", 0) * min(settings["questions_per_document"], settings["facts_per_document"])
 
 
-def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None) -> dict:
-    """Write rows as JSONL (atomically) and the manifest with row count and sha256 beside it."""
+def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None, extra: dict | None = None) -> dict:
+    """Write rows as JSONL (atomically) and the manifest with row count and sha256 (and ``extra``) beside it."""
     from .io import write_jsonl_atomic
     from .manifest import write_manifest
 
     count = write_jsonl_atomic(out_path, rows)
     facts = {"rows": count, "sha256": sha256_of(out_path), "columns": list(LONGBENCH_COLUMNS)}
-    write_manifest(out_path, params, seed, extra={"dataset": facts})
+    write_manifest(out_path, params, seed, extra={"dataset": facts, **(extra or {})})
     return facts

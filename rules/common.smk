@@ -39,7 +39,9 @@ def _alternatives(names):
 
 HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in ("hub", "local")]
 SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
+RULER_HAYSTACK_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler_haystack"]
 BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
+PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_package")]
 
 # The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
 # refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.
@@ -121,9 +123,10 @@ def model_settings(wildcards):
 
 
 def built_model_inputs(wildcards):
-    """The model directory when this workflow builds the model (the demo); nothing for hub weights."""
-    if config["models"][wildcards.model].get("build"):
-        return {"model_dir": config["models"][wildcards.model]["path"]}
+    """The model directory when this workflow makes the model (built or from a package); nothing for hub weights."""
+    model = config["models"][wildcards.model]
+    if model.get("build") or model.get("from_package"):
+        return {"model_dir": model["path"]}
     return {}
 
 
@@ -145,6 +148,20 @@ def dataset_setting(key, default=None):
 def built_model_setting(key):
     def lookup(wildcards):
         return config["models"][wildcards.model]["build"][key]
+
+    return lookup
+
+
+def packaged_model_setting(key):
+    def lookup(wildcards):
+        return config["models"][wildcards.model]["from_package"].get(key)
+
+    return lookup
+
+
+def ruler_haystack_setting(key):
+    def lookup(wildcards):
+        return config["datasets"][wildcards.dataset]["ruler_haystack"][key]
 
     return lookup
 

@@ -1,4 +1,4 @@
-# Stage 1: the datasets, in LongBench's schema, and (for the demo) the model, built locally.
+# Stage 1: the datasets, in LongBench's schema (the models a study builds are in rules/models.smk).
 
 
 rule download_dataset:
@@ -46,20 +46,25 @@ rule make_synthetic_dataset:
         "../scripts/make_synthetic_dataset.py"
 
 
-rule build_demo_model:
+rule make_ruler_haystack:
     input:
-        model_config=built_model_setting("model_config"),
-        tokenizer=built_model_setting("tokenizer"),
+        tokenizer=ruler_haystack_setting("tokenizer"),
     output:
-        model_dir=directory("results/models/{model}"),
+        ruler_layout="results/data/{dataset}/ruler/{task}/test.parquet",
+        rows="results/data/{dataset}/{task}.jsonl",
+        manifest="results/data/{dataset}/{task}.jsonl.manifest.json",
     log:
-        "logs/build_demo_model/{model}.log",
+        "logs/make_ruler_haystack/{dataset}/{task}.log",
     wildcard_constraints:
-        model=_alternatives(BUILT_MODELS),
+        dataset=_alternatives(RULER_HAYSTACK_DATASETS),
     conda:
         "../envs/generate.yaml"
     params:
-        code=package_code("build_demo_model.py"),
+        dataset="{dataset}",
+        task="{task}",
+        prompt_length=ruler_haystack_setting("prompt_length"),
+        num_examples=dataset_setting("num_examples"),
         seed=SEED,
+        code=package_code("make_ruler_haystack.py"),
     script:
-        "../scripts/build_demo_model.py"
+        "../scripts/make_ruler_haystack.py"

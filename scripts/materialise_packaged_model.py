@@ -1,0 +1,14 @@
+"""Snakemake adapter: turn a model file an installed package ships (a GGUF) into a model directory."""
+
+from pathlib import Path
+
+from kvcache_bench.manifest import write_manifest
+from kvcache_bench.packaged_models import materialise_packaged_model
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    p = job.params
+    facts = materialise_packaged_model(p.package, p.gguf_file, job.output.model_dir, version=p.version, sha256=p.sha256)
+    write_manifest(Path(job.output.model_dir) / "config.json", params_of(job), None, extra=facts)
+    print(f"{p.package} {facts['source']['package_version']}: {p.gguf_file} (sha256 {facts['source']['gguf_sha256'][:12]}) -> {job.output.model_dir}")
