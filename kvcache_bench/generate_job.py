@@ -10,8 +10,8 @@ import logging
 
 import torch
 
-from .config_checks import remote_code_warning
 from .cell import run_cell
+from .config_checks import remote_code_warning
 from .gpus import pin_gpus_for_job
 from .io import read_jsonl, write_jsonl_atomic
 from .loading import ModelSettings

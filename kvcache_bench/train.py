@@ -43,8 +43,8 @@ from pathlib import Path
 import torch
 
 from .data import MAX_ANSWER_WORDS, make_synthetic_document, synthetic_question, synthetic_vocabulary
-from .loading import pick_device
 from .io import write_text_atomic
+from .loading import pick_device
 from .prompts import PROMPTS, SYNTHETIC_TASK, split_prompt
 
 log = logging.getLogger(__name__)

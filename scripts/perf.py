@@ -2,8 +2,8 @@
 
 import torch
 
-from kvcache_bench.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.loading import ModelSettings
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf import PerfCell, PerfSettings, run_perf_job
 from kvcache_bench.workflow import current_job, logging_to, params_of

@@ -2,8 +2,8 @@
 
 import torch
 
-from kvcache_bench.loading import load_model, load_tokenizer, pick_device
 from kvcache_bench.io import read_jsonl, write_json_atomic
+from kvcache_bench.loading import load_model, load_tokenizer, pick_device
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.probes import interleave_by_length, padding_effect
 from kvcache_bench.workflow import current_job, logging_to, params_of

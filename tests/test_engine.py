@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from kvcache_bench.engine import generate_one, generate_padded_batch, generate_shared_context
-from kvcache_bench.prefill import prefill
 from kvcache_bench.methods import build_press, cache_factory_for
+from kvcache_bench.prefill import prefill
 from kvcache_bench.prompts import PromptTokens
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 

@@ -23,8 +23,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kvcache_bench.data import make_synthetic_rows, normalise_rows  # noqa: E402
 from kvcache_bench.cell import run_cell  # noqa: E402
+from kvcache_bench.data import make_synthetic_rows, normalise_rows  # noqa: E402
 from kvcache_bench.loading import ModelSettings  # noqa: E402
 from kvcache_bench.metrics import score_records, task_score  # noqa: E402
 from kvcache_bench.prompts import max_new_tokens_for  # noqa: E402

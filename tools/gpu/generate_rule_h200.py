@@ -85,7 +85,7 @@ def measure_ceilings(device: torch.device) -> dict:
 
     source = torch.randn(2**29, device=device)  # 2 GiB
     target = torch.empty_like(source)
-    copy = 2 * source.numel() * 4 / median_seconds(lambda: target.copy_(source))
+    copy = 2 * source.numel() * 4 / median_seconds(lambda: target.copy_(source))  # noqa: F821  (ruff misreads the del below)
     del source, target
     a = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device=device, dtype=torch.bfloat16)

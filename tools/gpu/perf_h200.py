@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench.loading import pick_device  # noqa: E402
 from kvcache_bench.io import write_json_atomic, write_jsonl_atomic, write_text_atomic  # noqa: E402
+from kvcache_bench.loading import pick_device  # noqa: E402
 from kvcache_bench.manifest import git_commit, package_versions  # noqa: E402
 from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
 from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
