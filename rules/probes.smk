@@ -18,6 +18,8 @@ rule probe_attention_sink:
         "logs/probe_attention_sink/{dataset}/{task}/{model}.log",
     conda:
         "../envs/generate.yaml"
+    resources:
+        gpu=1,
     params:
         code=package_code("probe_attention_sink.py"),
         task="{task}",
@@ -40,6 +42,8 @@ rule probe_padding:
     conda:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
+    resources:
+        gpu=1,
     params:
         code=package_code("probe_padding.py"),
         task="{task}",
