@@ -15,6 +15,7 @@ from conftest import REPO
 
 from kvcache_bench.data import make_synthetic_rows
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.manifest import write_manifest
 from kvcache_bench.warm_start import socket_path
 
 MODEL = {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_implementation": "sdpa",
@@ -43,9 +44,12 @@ def _without_timings(path):
 
 
 @pytest.fixture
-def warm_key(tmp_path):
+def warm_key(tmp_path, monkeypatch):
     key = f"test-{uuid.uuid4().hex}"
+    # the jobs run with this PYTHONPATH (_generate), and the server's socket is keyed on the environment
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
     write_jsonl_atomic(tmp_path / "rows.jsonl", make_synthetic_rows(2, seed=5, min_words=40, max_words=60))
+    write_manifest(tmp_path / "rows.jsonl", {"rows": "2 synthetic rows"})  # generate refuses data its manifest does not describe
     yield key
     log = socket_path(key).with_suffix(".log")
     for pid in re.findall(r"warm-start server (\d+) listening", log.read_text() if log.exists() else ""):
