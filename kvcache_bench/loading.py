@@ -69,8 +69,8 @@ def stop_token_ids(model, tokenizer) -> set[int]:
 @dataclass(frozen=True)
 class ModelSettings:
     path: str
+    max_context_tokens: int  # no default here: the schema's (LongBench's 127,500 for 128k models) is the one
     dtype: str = "bfloat16"
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False
-    max_context_tokens: int = 127500
     device: str = "auto"
