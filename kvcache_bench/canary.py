@@ -108,7 +108,7 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
     import torch
 
-    from .engine import decode_answer, generate_padded_batch
+    from .engine import padded_batch_answers
     from .loading import load_model, load_tokenizer, pick_device, stop_token_ids
     from .methods import build_press
     from .prompts import build_prompt_tokens
@@ -121,12 +121,7 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     press = build_press(setting.method, setting.retention, kwargs, seed=seed)
     stop_ids = stop_token_ids(model, tokenizer)
     prompts = [build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens) for r in rows]
-    answers = []
-    for start in range(0, len(prompts), setting.batch_size):
-        chunk = prompts[start : start + setting.batch_size]
-        for generation in generate_padded_batch(model, chunk, press, tokenizer.pad_token_id, 8, stop_ids):
-            answers.append(decode_answer(tokenizer, generation.token_ids))
-    return answers
+    return padded_batch_answers(model, tokenizer, prompts, press, setting.batch_size, tokenizer.pad_token_id, 8, stop_ids)
 
 
 def canary_report(model_dir: str | Path = CANARY_DIR, rows: list[dict] | None = None, settings=REPORT_SETTINGS, device: str = "cpu") -> dict[str, float]:

@@ -165,6 +165,18 @@ def generate_padded_batch(
     return generations
 
 
+def padded_batch_answers(
+    model, tokenizer, prompts: list[PromptTokens], press, batch_size: int, pad_token_id: int, max_new_tokens: int, stop_ids: set[int]
+) -> list[str]:
+    """Decoded answers of the batching harness (``generate_padded_batch``) over consecutive batches of ``prompts``."""
+    answers = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        for generation in generate_padded_batch(model, chunk, press, pad_token_id, max_new_tokens, stop_ids):
+            answers.append(decode_answer(tokenizer, generation.token_ids))
+    return answers
+
+
 def decode_answer(tokenizer, token_ids: list[int]) -> str:
     """The generated text exactly as LongBench's pred.py keeps it: special tokens skipped, nothing stripped.
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .engine import decode_answer, generate_padded_batch
+from .engine import padded_batch_answers
 from .loading import stop_token_ids
 from .methods import build_press
 from .metrics import score_example
@@ -92,12 +92,7 @@ def padding_effect(
     def answers_at(size: int) -> list[str]:
         torch.manual_seed(seed)
         press = build_press(method, retention, method_kwargs, seed=seed)
-        answers = []
-        for start in range(0, len(prompts), size):
-            chunk = prompts[start : start + size]
-            for generation in generate_padded_batch(model, chunk, press, pad_id, max_new_tokens, stop_ids):
-                answers.append(decode_answer(tokenizer, generation.token_ids))
-        return answers
+        return padded_batch_answers(model, tokenizer, prompts, press, size, pad_id, max_new_tokens, stop_ids)
 
     def mean_score(answers: list[str]) -> float:
         return round(100 * sum(score_example(task, a, r["answers"]) for a, r in zip(answers, rows)) / len(rows), 2)
