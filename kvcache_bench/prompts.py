@@ -170,14 +170,6 @@ def split_prompt(task: str, context: str, question: str) -> tuple[str, str]:
     return head + context, tail
 
 
-def truncate_middle(ids: list[int], max_tokens: int) -> list[int]:
-    """Keep the first and the last half of the budget, drop the middle (token lists, as the perf pass uses)."""
-    if len(ids) <= max_tokens:
-        return ids
-    half = max_tokens // 2
-    return ids[:half] + ids[len(ids) - (max_tokens - half) :]
-
-
 # Marks where the question starts inside the user turn while the chat template renders it; removed after.
 _QUESTION_MARK = "\u2063KVBENCH_QUESTION\u2063"
 

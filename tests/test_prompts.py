@@ -13,7 +13,6 @@ from kvcache_bench.prompts import (
     extra_stop_ids,
     max_new_tokens_for,
     split_prompt,
-    truncate_middle,
 )
 
 CHAT_TEMPLATE = (
@@ -99,12 +98,6 @@ def test_over_long_prompt_loses_the_middle_of_the_context_and_says_so(tokenizer)
     assert tokenizer.decode(prompt.question_ids).startswith("what is the founder of city ?")  # the question never does
     untouched = build_prompt_tokens(tokenizer, "synthetic_qa", context, "what is the founder of city ?", 10_000)
     assert not untouched.truncated and untouched.length == untouched.original_tokens
-
-
-def test_truncate_middle_keeps_both_ends():
-    assert truncate_middle(list(range(10)), 4) == [0, 1, 8, 9]
-    assert truncate_middle(list(range(10)), 5) == [0, 1, 7, 8, 9]
-    assert truncate_middle(list(range(3)), 5) == [0, 1, 2]
 
 
 def test_samsum_also_stops_at_a_newline():
