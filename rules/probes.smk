@@ -18,6 +18,7 @@ rule probe_attention_sink:
         "logs/probe_attention_sink/{dataset}/{task}/{model}.log",
     conda:
         "../envs/generate.yaml"
+    threads: GENERATION["threads"]
     resources:
         gpu=1,
     params:

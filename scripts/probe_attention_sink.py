@@ -4,17 +4,19 @@ import torch
 
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.loading import load_model, load_tokenizer, pick_device
-from kvcache_bench.manifest import write_manifest
+from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.probes import attention_sink_report
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
     p = job.params
+    verify_against_manifest(job.input.rows)  # as generate: never probe rows that are not what was written
     torch.manual_seed(p.seed)
+    torch.set_num_threads(max(1, int(job.threads)))
     settings = p.model
-    tokenizer = load_tokenizer(settings["path"])
-    model = load_model(settings["path"], settings["dtype"], "eager", pick_device(settings["device"]))
+    tokenizer = load_tokenizer(settings["path"], settings["trust_remote_code"])
+    model = load_model(settings["path"], settings["dtype"], "eager", pick_device(settings["device"]), settings["trust_remote_code"])
     rows = read_jsonl(job.input.rows)[: p.examples]
     report = attention_sink_report(model, tokenizer, rows, p.task, settings["max_context_tokens"])
     write_json_atomic(job.output.report, report)

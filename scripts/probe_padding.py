@@ -4,17 +4,21 @@ import torch
 
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.loading import load_model, load_tokenizer, pick_device
-from kvcache_bench.manifest import write_manifest
+from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.probes import interleave_by_length, padding_effect
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
     p = job.params
+    for path in job.input.rows:  # as generate: never probe rows that are not what was written
+        verify_against_manifest(path)
     torch.set_num_threads(max(1, int(job.threads)))
     settings = p.model
-    tokenizer = load_tokenizer(settings["path"])
-    model = load_model(settings["path"], settings["dtype"], settings["attn_implementation"], pick_device(settings["device"]))
+    tokenizer = load_tokenizer(settings["path"], settings["trust_remote_code"])
+    model = load_model(
+        settings["path"], settings["dtype"], settings["attn_implementation"], pick_device(settings["device"]), settings["trust_remote_code"]
+    )
     rows = interleave_by_length([read_jsonl(path)[: p.examples_per_dataset] for path in job.input.rows])
     report = padding_effect(
         model,
