@@ -15,11 +15,11 @@ export_package_path(workflow.basedir)
 
 import yaml
 
-from kvcache_bench import study
-from kvcache_bench.checks import Cell, problems_of
-from kvcache_bench.methods import retentions_for
-from kvcache_bench.config_checks import check_study_config, lock_holder_warning, remote_code_warning
-from kvcache_bench.study import CELL_PATTERN, cell_path
+from kvcache_bench.study import cells as study
+from kvcache_bench.study.cell_checks import Cell, problems_of
+from kvcache_bench.methods.registry import retentions_for
+from kvcache_bench.study.config_checks import check_study_config, lock_holder_warning, remote_code_warning
+from kvcache_bench.study.cells import CELL_PATTERN, cell_path
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:

@@ -1,5 +1,5 @@
 # `snakemake plan`: every GPU job the config asks for that has not run yet, and its estimated GPU-hours
-# (kvcache_bench/plan.py), estimated from perf records of one hardware, else from stated defaults.
+# (kvcache_bench/perf/plan.py), estimated from perf records of one hardware, else from stated defaults.
 
 
 # No output: like `snakemake -n`, it runs whenever asked and only prints (and logs) the plan.

@@ -1,6 +1,6 @@
 """Snakemake adapter: the study's table (CSV + Markdown) and every example's score, from the score files."""
 
-from kvcache_bench.aggregate import build_summary, per_example_frame, summary_markdown
+from kvcache_bench.analysis.aggregate import build_summary, per_example_frame, summary_markdown
 from kvcache_bench.io import atomic_path, write_text_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of

@@ -1,6 +1,6 @@
 """Snakemake adapter: build the demo's random-init tiny Llama and save it with save_pretrained."""
 
-from kvcache_bench.demo_model import build_demo_model
+from kvcache_bench.data.demo_model import build_demo_model
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

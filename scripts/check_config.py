@@ -1,7 +1,7 @@
-"""Snakemake adapter: refuse a target before any GPU time is spent on it (see kvcache_bench.checks)."""
+"""Snakemake adapter: refuse a target before any GPU time is spent on it (see kvcache_bench.study.cell_checks)."""
 
-from kvcache_bench.checks import Cell, check_cell
 from kvcache_bench.io import write_json_atomic
+from kvcache_bench.study.cell_checks import Cell, check_cell
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

@@ -1,6 +1,6 @@
 """Snakemake adapter for `snakemake doctor`: print (and log) which methods resolve against the installed kvpress."""
 
-from kvcache_bench.methods import doctor
+from kvcache_bench.methods.registry import doctor
 from kvcache_bench.workflow import current_job, print_and_log
 
 job = current_job(globals())

@@ -1,6 +1,6 @@
 """Snakemake adapter: fetch one LongBench-schema task (hub or local copy) into results/data/."""
 
-from kvcache_bench.data import load_longbench_rows, normalise_rows, write_dataset
+from kvcache_bench.data.longbench import load_longbench_rows, normalise_rows, write_dataset
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

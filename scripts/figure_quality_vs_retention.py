@@ -2,8 +2,8 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.plots import quality_vs_retention, save_figure
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.plots import quality_vs_retention, save_figure
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

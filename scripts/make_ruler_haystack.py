@@ -1,6 +1,6 @@
-"""Snakemake adapter: generate one RULER-style task on natural English filler (kvcache_bench.haystack)."""
+"""Snakemake adapter: generate one RULER-style task on natural English filler (kvcache_bench.data.haystack)."""
 
-from kvcache_bench.haystack import make_ruler_haystack_dataset
+from kvcache_bench.data.haystack import make_ruler_haystack_dataset
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

@@ -1,6 +1,7 @@
 """Snakemake adapter: generate the demo's seeded synthetic documents in LongBench's schema."""
 
-from kvcache_bench.data import make_synthetic_rows, normalise_rows, write_dataset
+from kvcache_bench.data.longbench import normalise_rows, write_dataset
+from kvcache_bench.data.synthetic import make_synthetic_rows
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

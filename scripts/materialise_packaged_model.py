@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from kvcache_bench.data.packaged_models import materialise_packaged_model
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.packaged_models import materialise_packaged_model
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

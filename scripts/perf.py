@@ -2,10 +2,10 @@
 
 import torch
 
+from kvcache_bench.generation.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
-from kvcache_bench.loading import ModelSettings
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.perf import PerfCell, PerfSettings, run_perf_job
+from kvcache_bench.perf.runs import PerfCell, PerfSettings, run_perf_job
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.plots import save_figure
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.perf_plots import perf_vs_retention
-from kvcache_bench.plots import save_figure
+from kvcache_bench.perf.plots import perf_vs_retention
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

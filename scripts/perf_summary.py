@@ -2,7 +2,7 @@
 
 from kvcache_bench.io import atomic_path, read_jsonl
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.perf_tables import summarize_perf
+from kvcache_bench.perf.tables import summarize_perf
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

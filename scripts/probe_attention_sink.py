@@ -2,10 +2,10 @@
 
 import torch
 
+from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device
+from kvcache_bench.generation.probes import attention_sink_report
 from kvcache_bench.io import read_jsonl, write_json_atomic
-from kvcache_bench.loading import load_model, load_tokenizer, pick_device
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
-from kvcache_bench.probes import attention_sink_report
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

@@ -1,8 +1,8 @@
 """Snakemake adapter: score one predictions file with its task's LongBench metric, per example."""
 
+from kvcache_bench.analysis.metrics import score_records
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
-from kvcache_bench.metrics import score_records
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())

@@ -1,6 +1,7 @@
-"""Snakemake adapter: train the canary model (kvcache_bench.train) into the rule's model directory."""
+"""Snakemake adapter: train the canary model (kvcache_bench.canary.train) into the rule's model directory."""
 
-from kvcache_bench.train import TrainSettings, train_canary
+from kvcache_bench.canary.settings import TrainSettings
+from kvcache_bench.canary.train import train_canary
 from kvcache_bench.workflow import current_job, logging_to
 
 job = current_job(globals())

@@ -102,7 +102,7 @@ def smollm2_model_dir(tmp_path_factory) -> str:
     reuse = os.environ.get("KVCACHE_BENCH_SMOLLM2_DIR")
     if reuse:
         return reuse
-    from kvcache_bench.packaged_models import materialise_packaged_model
+    from kvcache_bench.data.packaged_models import materialise_packaged_model
 
     directory = tmp_path_factory.mktemp("smollm2") / "smollm2-135m-instruct"
     materialise_packaged_model(SMOLLM2_PACKAGE, SMOLLM2_GGUF, directory)
@@ -114,7 +114,7 @@ def smollm2_tokenizer(tmp_path_factory):
     """SmolLM2-135M-Instruct's repaired byte-level BPE tokenizer (chat template included), without the weights."""
     from transformers import AutoTokenizer
 
-    from kvcache_bench.packaged_models import byte_level_tokenizer_from_gguf, locate_packaged_file
+    from kvcache_bench.data.packaged_models import byte_level_tokenizer_from_gguf, locate_packaged_file
 
     directory = tmp_path_factory.mktemp("smollm2-tokenizer")
     byte_level_tokenizer_from_gguf(locate_packaged_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF).path).save_pretrained(directory)

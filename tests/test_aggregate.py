@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvcache_bench.aggregate import bootstrap_mean_ci, build_summary, summary_markdown
+from kvcache_bench.analysis.aggregate import bootstrap_mean_ci, build_summary, summary_markdown
 
 
 def cell(method, retention=0.5, batch_size=1, mode="question_aware", task="qasper", decode=1):

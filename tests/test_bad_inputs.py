@@ -16,8 +16,7 @@ import pytest
 import yaml
 from conftest import copy_workflow, run_snakemake
 
-from kvcache_bench.config_checks import remote_code_files, remote_code_warning, retention_label
-from kvcache_bench.data import DataRowError, load_longbench_rows, normalise_rows
+from kvcache_bench.data.longbench import DataRowError, load_longbench_rows, normalise_rows
 from kvcache_bench.io import write_jsonl_atomic
 from kvcache_bench.manifest import (
     ManifestMismatchError,
@@ -26,6 +25,7 @@ from kvcache_bench.manifest import (
     verify_against_manifest,
     write_manifest,
 )
+from kvcache_bench.study.config_checks import remote_code_files, remote_code_warning, retention_label
 
 CELL = "synthetic/synthetic_qa/canary"
 
@@ -338,6 +338,6 @@ def test_a_broken_jsonl_line_is_named_by_file_and_line(tmp_path):
     {"n_documents": 1, "questions_per_document": 3, "facts_per_document": 6, "min_words": 256, "max_words": 300},
 ])
 def test_the_expected_count_of_synthetic_rows_is_the_count_written(generator):
-    from kvcache_bench.data import make_synthetic_rows, synthetic_row_count
+    from kvcache_bench.data.synthetic import make_synthetic_rows, synthetic_row_count
 
     assert synthetic_row_count(generator) == len(make_synthetic_rows(seed=0, **generator))

@@ -12,21 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_bench.canary import CANARY_DIR, canary_report, has_weights, held_out_rows
-from kvcache_bench.data import make_synthetic_document, synthetic_vocabulary
-from kvcache_bench.prompts import build_prompt_tokens
-from kvcache_bench.train import (
-    IGNORE,
-    Curriculum,
-    Schedule,
-    TrainSettings,
-    Vocabulary,
-    canary_tokenizer,
-    encode_sequence,
-    load_settings,
-    train_canary,
-    training_batch,
-)
+from kvcache_bench.canary.report_card import CANARY_DIR, canary_report, has_weights, held_out_rows
+from kvcache_bench.canary.sequences import IGNORE, Curriculum, Vocabulary, encode_sequence, training_batch
+from kvcache_bench.canary.settings import TrainSettings, load_settings
+from kvcache_bench.canary.train import Schedule, canary_tokenizer, train_canary
+from kvcache_bench.data.synthetic import make_synthetic_document, synthetic_vocabulary
+from kvcache_bench.study.prompts import build_prompt_tokens
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8}
@@ -110,8 +101,8 @@ def test_batches_depend_on_seed_step_and_stage_only_and_fit_the_stage():
 
 
 def test_training_is_seeded_checkpointed_and_loads_through_the_engine(tmp_path):
-    from kvcache_bench.cell import run_cell
-    from kvcache_bench.loading import ModelSettings
+    from kvcache_bench.generation.cell_runner import run_cell
+    from kvcache_bench.generation.loading import ModelSettings
 
     record = train_canary(tiny_settings(), tmp_path / "a")
     train_canary(tiny_settings(), tmp_path / "b")

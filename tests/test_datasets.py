@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_bench.data import DatasetUnavailableError, load_longbench_rows, load_ruler_rows, normalise_rows
-from kvcache_bench.prompts import LONGBENCH_TASKS, RULER_TASKS, split_prompt
+from kvcache_bench.data.longbench import DatasetUnavailableError, load_longbench_rows, load_ruler_rows, normalise_rows
+from kvcache_bench.study.prompts import LONGBENCH_TASKS, RULER_TASKS, split_prompt
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

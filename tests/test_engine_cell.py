@@ -4,10 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_bench.cell import run_cell
-from kvcache_bench.data import make_synthetic_rows, normalise_rows
-from kvcache_bench.demo_model import build_demo_model
-from kvcache_bench.loading import ModelSettings
+from kvcache_bench.data.demo_model import build_demo_model
+from kvcache_bench.data.longbench import normalise_rows
+from kvcache_bench.data.synthetic import make_synthetic_rows
+from kvcache_bench.generation.cell_runner import run_cell
+from kvcache_bench.generation.loading import ModelSettings
 
 DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo"
 

@@ -9,10 +9,10 @@ test shows pads surviving compression and outputs parting from batch 1, while th
 import pytest
 from transformers import DynamicCache
 
-from kvcache_bench.checks import Cell, ConfigCheckError, check_cell
-from kvcache_bench.engine import generate_one, generate_padded_batch
-from kvcache_bench.methods import build_press
-from kvcache_bench.prompts import PromptTokens
+from kvcache_bench.generation.single_decode import generate_one, generate_padded_batch
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell
+from kvcache_bench.study.prompts import PromptTokens
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 
 LENGTHS = (300, 220, 150, 90)  # row 0 is unpadded; rows 1-3 carry 80, 150 and 210 pads

@@ -21,7 +21,7 @@ def load(name: str):
 
 
 def test_floor_counts_llama_8b_weights_and_shares_them_across_a_decode_batch():
-    from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE
+    from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE
 
     floor = load("generate_rule_h200").floor_seconds_per_example
     ceilings = {"copy_bytes_per_s": 1.0, "bf16_matmul_flop_per_s": 1.0}  # seconds read as FLOPs and bytes

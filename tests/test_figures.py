@@ -5,14 +5,14 @@ import pandas as pd
 import pytest
 from matplotlib.colors import to_rgb
 
-from kvcache_bench.methods import METHODS
-from kvcache_bench.plots import (
+from kvcache_bench.analysis.plots import (
     batch_size_sensitivity,
     method_style,
     paired_scatter,
     quality_vs_retention,
     save_figure,
 )
+from kvcache_bench.methods.registry import METHODS
 
 
 def summary_row(method, retention, score, batch_size=1, mode="question_aware", incomplete=False, n=50, diff=np.nan,
@@ -132,7 +132,7 @@ def test_batch_size_figure_tells_decode_batches_apart_and_finds_its_baseline_wit
 
 
 def test_perf_figures_colour_each_method_as_the_quality_figures_do():
-    from kvcache_bench.perf_plots import perf_vs_retention
+    from kvcache_bench.perf.plots import perf_vs_retention
 
     rows = [dict(model="m", context_tokens=256, batch_size=1, method=method, retention=retention, itl_mean_s=0.01,
                  hardware_backend="fake", gpu_name="none") for method, retention in

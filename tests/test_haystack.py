@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_bench.data import load_ruler_rows, normalise_rows
-from kvcache_bench.haystack import (
+from kvcache_bench.data.haystack import (
     GENERATED_TASKS,
     HaystackError,
     make_haystack_rows,
@@ -18,8 +17,9 @@ from kvcache_bench.haystack import (
     python_docs_filler,
     write_ruler_parquet,
 )
+from kvcache_bench.data.longbench import load_ruler_rows, normalise_rows
+from kvcache_bench.data.packaged_models import byte_level_tokenizer_from_gguf, locate_packaged_file
 from kvcache_bench.io import read_jsonl
-from kvcache_bench.packaged_models import byte_level_tokenizer_from_gguf, locate_packaged_file
 
 NEEDLE = re.compile(r"One of the special magic words for (\w+) is: (\w+)\.")
 

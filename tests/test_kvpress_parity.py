@@ -8,10 +8,10 @@ and the answer prefix afterwards; question-agnostic, it compresses the context a
 import pytest
 import torch
 
-from kvcache_bench.engine import generate_one
-from kvcache_bench.loading import load_model, load_tokenizer, stop_token_ids
-from kvcache_bench.methods import build_press
-from kvcache_bench.prompts import build_prompt_tokens
+from kvcache_bench.generation.loading import load_model, load_tokenizer, stop_token_ids
+from kvcache_bench.generation.single_decode import generate_one
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.prompts import build_prompt_tokens
 
 MAX_NEW_TOKENS = 12
 FILLER = (

@@ -3,8 +3,7 @@
 import pytest
 import yaml
 
-from kvcache_bench.checks import ConfigCheckError, check_methods_resolve
-from kvcache_bench.methods import (
+from kvcache_bench.methods.registry import (
     METHODS,
     UnknownMethodError,
     attention_implementation_for,
@@ -14,6 +13,7 @@ from kvcache_bench.methods import (
     doctor,
     retentions_for,
 )
+from kvcache_bench.study.cell_checks import ConfigCheckError, check_methods_resolve
 from tests.fixtures.tiny_models import tiny_llama
 
 
@@ -78,7 +78,7 @@ def test_kv_quant_builds_a_quantised_cache_at_its_bits():
 def test_default_quantised_cache_handles_odd_prompt_lengths():
     import torch
 
-    from kvcache_bench.prefill import prefill
+    from kvcache_bench.generation.prefill import prefill
 
     model = tiny_llama(vocab_size=64)
     cache = cache_factory_for("kv_quant_4bit", model)()
@@ -94,7 +94,7 @@ def test_building_a_press_does_not_import_datasets_yet_datasets_stays_importable
 
     code = (
         "import sys\n"
-        "from kvcache_bench.methods import build_press\n"
+        "from kvcache_bench.methods.registry import build_press\n"
         "build_press('snapkv', 0.5, {'window_size': 8})\n"
         "assert 'datasets' not in sys.modules and 'pandas' not in sys.modules, 'datasets came in with kvpress'\n"
         "import datasets\n"

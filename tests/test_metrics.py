@@ -2,7 +2,7 @@
 
 import pytest
 
-from kvcache_bench.metrics import (
+from kvcache_bench.analysis.metrics import (
     LONGBENCH_TASK_METRICS,
     RULER_TASK_METRICS,
     classification_score,

@@ -8,19 +8,28 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "kvcache_bench"
 
 
+def module_names() -> list[str]:
+    return sorted(
+        ".".join(p.relative_to(PACKAGE).with_suffix("").parts) for p in PACKAGE.rglob("*.py") if p.stem != "__init__"
+    )
+
+
 def imported_modules(path: Path) -> set[str]:
-    """Sibling modules ``path`` imports anywhere in its body (``from .x import`` and ``from . import x``)."""
+    """Package modules ``path`` imports anywhere in its body, as dotted names below the package."""
+    known = set(module_names())
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            names |= {node.module.split(".")[0]} if node.module else {alias.name for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvcache_bench."):
-            names.add(node.module.split(".")[1])
-    return names
+        if isinstance(node, ast.ImportFrom) and node.level:
+            raise AssertionError(f"{path}: relative import; the package imports itself by absolute name")
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvcache_bench."):
+            module = node.module.removeprefix("kvcache_bench.")
+            names |= {module} | {f"{module}.{alias.name}" for alias in node.names}
+    return names & known
 
 
 def test_no_module_imports_one_that_imports_it_back():
-    graph = {path.stem: imported_modules(path) for path in PACKAGE.glob("*.py")}
+    graph = {name: imported_modules(PACKAGE / (name.replace(".", "/") + ".py")) for name in module_names()}
+    assert len(graph) > 30 and "generation.prefill" in graph
     state: dict[str, str] = {}
 
     def visit(module: str, trail: list[str]) -> None:
@@ -37,9 +46,23 @@ def test_no_module_imports_one_that_imports_it_back():
 
 
 def test_generation_modules_sit_in_the_documented_order():
-    # loading and caches need nothing of the package; prefill builds on them; engine on prefill;
-    # batched_decode on engine; the cell runner on everything: one home per concern.
-    order = ["loading", "caches", "prefill", "engine", "batched_decode", "cell"]
+    # loading and caches need nothing of the package; prefill builds on them; single_decode on prefill;
+    # batched_decode on single_decode; the cell runner on everything: one home per concern.
+    order = ["loading", "caches", "prefill", "single_decode", "batched_decode", "cell_runner"]
     for index, module in enumerate(order):
-        later = set(order[index:])
-        assert not imported_modules(PACKAGE / f"{module}.py") & later, f"{module} imports a module after it"
+        later = {f"generation.{name}" for name in order[index:]}
+        assert not imported_modules(PACKAGE / "generation" / f"{module}.py") & later, f"{module} imports a module after it"
+
+
+def test_stages_depend_downwards_only():
+    """A folder says where a number is made: analysis never reaches generation (it runs without torch), and
+    the top-level modules (io, manifest, workflow) import no stage."""
+    forbidden = {"analysis": {"generation", "canary"}, "study": {"generation", "perf", "analysis", "canary"},
+                 "methods": {"generation", "perf", "analysis", "canary", "data"}}
+    for name in module_names():
+        stage = name.split(".")[0] if "." in name else None
+        imports = {m.split(".")[0] for m in imported_modules(PACKAGE / (name.replace(".", "/") + ".py"))}
+        if stage is None:
+            assert imports <= {"io", "manifest", "workflow"}, (name, imports)
+        else:
+            assert not imports & forbidden.get(stage, set()), (name, imports & forbidden[stage])

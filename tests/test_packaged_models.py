@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import planned_jobs, run_snakemake
 
-from kvcache_bench.packaged_models import (
+from kvcache_bench.data.packaged_models import (
     PackagedModelError,
     byte_level_tokenizer_from_gguf,
     locate_packaged_file,

@@ -12,11 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from kvcache_bench import perf, perf_hardware, perf_tables, plan
-from kvcache_bench.checks import ConfigCheckError
-from kvcache_bench.engine import generate_one
-from kvcache_bench.methods import build_press
-from kvcache_bench.prompts import PromptTokens
+from kvcache_bench.generation.single_decode import generate_one
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.perf import hardware as perf_hardware
+from kvcache_bench.perf import plan
+from kvcache_bench.perf import runs as perf
+from kvcache_bench.perf import tables as perf_tables
+from kvcache_bench.study.cell_checks import ConfigCheckError
+from kvcache_bench.study.prompts import PromptTokens
 
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16
 
@@ -140,7 +143,7 @@ def _record(method, retention, backend="nvml", gpu="NVIDIA H200", **extra):
     "other", [_record("knorm", 0.5, backend="fake", gpu="none (fake backend)"), _record("knorm", 0.5, gpu="NVIDIA A100-SXM4-80GB")]
 )
 def test_tables_and_figures_refuse_to_mix_hardware(other):
-    from kvcache_bench.perf_plots import perf_vs_retention
+    from kvcache_bench.perf.plots import perf_vs_retention
 
     records = [_record("full_cache", 1.0), other]
     with pytest.raises(perf_tables.MixedHardwareError, match="mix hardware"):
@@ -152,7 +155,7 @@ def test_tables_and_figures_refuse_to_mix_hardware(other):
 
 
 def test_figures_draw_one_hardware_and_name_it():
-    from kvcache_bench.perf_plots import perf_vs_retention
+    from kvcache_bench.perf.plots import perf_vs_retention
 
     summary = perf_tables.summarize_perf([_record("full_cache", 1.0), _record("knorm", 0.5, itl_mean_s=0.01), _record("knorm", 0.1, itl_mean_s=0.005)])
     figure = perf_vs_retention(summary, "itl")
@@ -163,8 +166,8 @@ def test_figures_draw_one_hardware_and_name_it():
 
 
 def test_contexts_have_exactly_the_requested_length(tmp_path):
-    from kvcache_bench.data import make_synthetic_rows
-    from kvcache_bench.train import canary_tokenizer
+    from kvcache_bench.canary.train import canary_tokenizer
+    from kvcache_bench.data.synthetic import make_synthetic_rows
 
     tokenizer = canary_tokenizer()
     rows = make_synthetic_rows(3, seed=1, min_words=50, max_words=80)

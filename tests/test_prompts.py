@@ -2,9 +2,9 @@
 
 import pytest
 
-from kvcache_bench.data import synthetic_vocabulary
-from kvcache_bench.demo_model import build_word_tokenizer
-from kvcache_bench.prompts import (
+from kvcache_bench.data.demo_model import build_word_tokenizer
+from kvcache_bench.data.synthetic import synthetic_vocabulary
+from kvcache_bench.study.prompts import (
     LONGBENCH_MAX_NEW_TOKENS,
     LONGBENCH_PROMPTS,
     PROMPTS,

@@ -9,7 +9,7 @@ import copy
 
 import pytest
 
-from kvcache_bench.prompts import (
+from kvcache_bench.study.prompts import (
     LONGBENCH_PROMPTS,
     PROMPTS,
     RAW_PROMPT_TASKS,

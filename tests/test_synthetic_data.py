@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kvcache_bench.data import LONGBENCH_COLUMNS, make_synthetic_document, make_synthetic_rows, synthetic_vocabulary
+from kvcache_bench.data.longbench import LONGBENCH_COLUMNS
+from kvcache_bench.data.synthetic import make_synthetic_document, make_synthetic_rows, synthetic_vocabulary
 
 REPO = Path(__file__).resolve().parent.parent
 

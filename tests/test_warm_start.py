@@ -13,10 +13,10 @@ import uuid
 import pytest
 from conftest import REPO
 
-from kvcache_bench.data import make_synthetic_rows
+from kvcache_bench.data.synthetic import make_synthetic_rows
+from kvcache_bench.generation.warm_start import socket_path
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.warm_start import socket_path
 
 MODEL = {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_implementation": "sdpa",
          "trust_remote_code": False, "max_context_tokens": 4096, "device": "cpu"}
@@ -77,7 +77,7 @@ def test_a_warm_job_that_fails_fails_its_job_with_the_reason(tmp_path, warm_key)
 
 
 def test_warm_start_is_for_local_cpu_jobs_only(monkeypatch):
-    from kvcache_bench.warm_start import applies_to
+    from kvcache_bench.generation.warm_start import applies_to
     from kvcache_bench.workflow import ScriptJob
 
     def job(device, warm=True):

@@ -58,29 +58,39 @@ def config_reference() -> str:
     return "\n".join(lines + config_rows(schema, required=schema.get("required", ()))) + "\n"
 
 
-def _package_imports(path: Path, own: str | None) -> list[str]:
+def package_module_names() -> list[str]:
+    """Every module of the package as a dotted name below it (``generation.prefill``), packages' __init__ aside."""
+    package = REPO / "kvcache_bench"
+    return sorted(
+        ".".join(path.relative_to(package).with_suffix("").parts)
+        for path in package.rglob("*.py")
+        if path.stem != "__init__"
+    )
+
+
+def _package_imports(path: Path) -> list[str]:
+    """The package modules ``path`` imports anywhere in its body (imports inside functions too)."""
+    known = set(package_module_names())
     names = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1 and own:
-            names.add(node.module or "")
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvcache_bench"):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvcache_bench"):
             module = node.module.removeprefix("kvcache_bench").lstrip(".")
-            names |= {alias.name for alias in node.names} if not module else {module}
-    return sorted(name for name in names if (REPO / "kvcache_bench" / f"{name}.py").exists())
+            names.add(module)
+            names |= {f"{module}.{alias.name}".lstrip(".") for alias in node.names}
+    return sorted(names & known)
 
 
 def module_map() -> str:
     lines = ["| module | imports (package modules, also inside functions) | first line of its docstring |",
              "|---|---|---|"]
-    for path in sorted((REPO / "kvcache_bench").glob("*.py")):
-        if path.stem == "__init__":
-            continue
+    for name in package_module_names():
+        path = REPO / "kvcache_bench" / (name.replace(".", "/") + ".py")
         doc = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n")[0]
-        imports = ", ".join(f"`{m}`" for m in _package_imports(path, path.stem)) or "—"
-        lines.append(f"| `{path.stem}` | {imports} | {doc} |")
+        imports = ", ".join(f"`{m}`" for m in _package_imports(path)) or "—"
+        lines.append(f"| `{name}` | {imports} | {doc} |")
     lines += ["", "| script (rule) | imports |", "|---|---|"]
     for path in sorted((REPO / "scripts").glob("*.py")):
-        lines.append(f"| `scripts/{path.name}` | " + ", ".join(f"`{m}`" for m in _package_imports(path, None)) + " |")
+        lines.append(f"| `scripts/{path.name}` | " + ", ".join(f"`{m}`" for m in _package_imports(path)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -25,13 +25,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench.batched_decode import generate_prefill_one_decode_many  # noqa: E402
-from kvcache_bench.engine import generate_one  # noqa: E402
-from kvcache_bench.methods import build_press  # noqa: E402
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
-from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
-from kvcache_bench.model_shapes import build_random_model  # noqa: E402
-from kvcache_bench.prompts import PromptTokens  # noqa: E402
+from kvcache_bench.generation.batched_decode import generate_prefill_one_decode_many  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.generation.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
+from kvcache_bench.generation.model_shapes import build_random_model  # noqa: E402
+from kvcache_bench.generation.single_decode import generate_one  # noqa: E402
+from kvcache_bench.methods.registry import build_press  # noqa: E402
+from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
 
 log = logging.getLogger("batched_decode_h200")
 

@@ -23,11 +23,12 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kvcache_bench.cell import run_cell  # noqa: E402
-from kvcache_bench.data import make_synthetic_rows, normalise_rows  # noqa: E402
-from kvcache_bench.loading import ModelSettings  # noqa: E402
-from kvcache_bench.metrics import score_records, task_score  # noqa: E402
-from kvcache_bench.prompts import max_new_tokens_for  # noqa: E402
+from kvcache_bench.analysis.metrics import score_records, task_score  # noqa: E402
+from kvcache_bench.data.longbench import normalise_rows  # noqa: E402
+from kvcache_bench.data.synthetic import make_synthetic_rows  # noqa: E402
+from kvcache_bench.generation.cell_runner import run_cell  # noqa: E402
+from kvcache_bench.generation.loading import ModelSettings  # noqa: E402
+from kvcache_bench.study.prompts import max_new_tokens_for  # noqa: E402
 
 TASK = "synthetic_qa"
 CELLS = [("full_cache", 1.0), ("snapkv", 0.5), ("snapkv", 0.1), ("streaming_llm", 0.5), ("knorm", 0.5), ("pyramidkv", 0.5)]

@@ -22,11 +22,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench import batched_decode  # noqa: E402
-from kvcache_bench.batched_decode import decode_together, prefill_prompt  # noqa: E402
-from kvcache_bench.methods import build_press  # noqa: E402
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
-from kvcache_bench.prompts import PromptTokens  # noqa: E402
+from kvcache_bench.generation import batched_decode  # noqa: E402
+from kvcache_bench.generation.batched_decode import decode_together, prefill_prompt  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
+from kvcache_bench.methods.registry import build_press  # noqa: E402
+from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
 
 
 def copy_bandwidth(device: torch.device) -> float | None:

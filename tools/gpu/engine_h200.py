@@ -26,11 +26,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench.engine import generate_one, generate_shared_context  # noqa: E402
-from kvcache_bench.methods import build_press  # noqa: E402
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
-from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE  # noqa: E402
-from kvcache_bench.prompts import PromptTokens  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.generation.model_shapes import TINY_LLAMA_SHAPE  # noqa: E402
+from kvcache_bench.generation.single_decode import generate_one, generate_shared_context  # noqa: E402
+from kvcache_bench.methods.registry import build_press  # noqa: E402
+from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
 
 TINY = {**TINY_LLAMA_SHAPE, "vocab_size": 512}
 METHODS = (("full_cache", 1.0), ("snapkv", 0.5), ("streaming_llm", 0.5), ("knorm", 0.5))

@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
 
 METHOD, RETENTION, NEW_TOKENS, MODEL = "snapkv", 0.5, 64, "llama-3.1-8b-shape-random"
 STUDY_DECODE_BATCH = 32  # config.yaml's decode_batch_sizes
@@ -124,7 +124,7 @@ def kvpress_pipeline(args) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
 
     from kvcache_bench.io import read_jsonl
-    from kvcache_bench.methods import build_press
+    from kvcache_bench.methods.registry import build_press
 
     work = Path(args.work)
     rows = read_jsonl(Path(args.rows))[: args.examples]
@@ -228,7 +228,7 @@ def report(args) -> None:
         ratio = f"{rate / peer:.1f}×" if peer else "—"
         lines.append(f"| {name} | {p.get('examples', '—')} | {rate:.2f} | {ratio} | {1 / rate:.3f} |")
     print("\n".join(lines))
-    # perf-record schema (kvcache_bench.perf), one per engine path, so `snakemake plan` can read them
+    # perf-record schema (kvcache_bench.perf.runs), one per engine path, so `snakemake plan` can read them
     with open(out / "perf_records.jsonl", "w") as records_out:
         for p in engine_paths:
             per_example = 1 / p["examples_per_s"]

@@ -2,7 +2,7 @@
 
 Built directly on the GPU in bf16 (no download, nothing saved), fed seeded filler contexts of exactly
 4k and 16k tokens, it measures full cache and snapkv / streaming_llm / knorm at 50% and 10% retention
-with the same code as the pipeline's perf rule (kvcache_bench.perf). The weights are random: the
+with the same code as the pipeline's perf rule (kvcache_bench.perf.runs). The weights are random: the
 records are cost figures (latency, memory, KV bytes, energy), never quality.
 
     python tools/gpu/perf_h200.py --out "$OUT"            # on the GPU (tools/gpu/perf_h200.sh)
@@ -24,15 +24,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from kvcache_bench.generation.loading import pick_device  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.generation.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
+from kvcache_bench.generation.model_shapes import build_random_model  # noqa: E402
 from kvcache_bench.io import write_json_atomic, write_jsonl_atomic, write_text_atomic  # noqa: E402
-from kvcache_bench.loading import pick_device  # noqa: E402
 from kvcache_bench.manifest import git_commit, package_versions  # noqa: E402
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
-from kvcache_bench.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
-from kvcache_bench.model_shapes import build_random_model  # noqa: E402
-from kvcache_bench.perf import PerfCell, PerfSettings, filler_context_ids, measure_cells  # noqa: E402
-from kvcache_bench.perf_hardware import pick_hardware  # noqa: E402
-from kvcache_bench.perf_tables import markdown_table, summarize_perf  # noqa: E402
+from kvcache_bench.perf.hardware import pick_hardware  # noqa: E402
+from kvcache_bench.perf.runs import PerfCell, PerfSettings, filler_context_ids, measure_cells  # noqa: E402
+from kvcache_bench.perf.tables import markdown_table, summarize_perf  # noqa: E402
 
 log = logging.getLogger("perf_h200")
 

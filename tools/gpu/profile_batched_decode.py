@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from batched_decode_h200 import LLAMA_31_8B, TINY, build_random_model, random_prompts  # noqa: E402
 
-from kvcache_bench.batched_decode import decode_together, prefill_prompt  # noqa: E402
-from kvcache_bench.methods import build_press  # noqa: E402
+from kvcache_bench.generation.batched_decode import decode_together, prefill_prompt  # noqa: E402
+from kvcache_bench.methods.registry import build_press  # noqa: E402
 
 
 def main() -> None:

@@ -21,11 +21,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from kvcache_bench.batched_decode import prefilled_from_cache  # noqa: E402
-from kvcache_bench.methods import build_press  # noqa: E402
-from kvcache_bench.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
-from kvcache_bench.prefill import prefill, prefill_example  # noqa: E402
-from kvcache_bench.prompts import PromptTokens  # noqa: E402
+from kvcache_bench.generation.batched_decode import prefilled_from_cache  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
+from kvcache_bench.generation.prefill import prefill, prefill_example  # noqa: E402
+from kvcache_bench.methods.registry import build_press  # noqa: E402
+from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
 
 
 @torch.inference_mode()

@@ -32,11 +32,11 @@ run_variant() {
       *) args+=(--set "$item") ;;
     esac
   done
-  python3 -m kvcache_bench.train --config "${TRAIN_CONFIG:-config/canary-train.yaml}" --out "$dir" \
+  python3 -m kvcache_bench.canary.train --config "${TRAIN_CONFIG:-config/canary-train.yaml}" --out "$dir" \
     --num-workers "$workers" --time-budget-s "${TRAIN_BUDGET_S:-420}" "${args[@]}" > "$dir/train.log" 2>&1 \
     || echo "$name: training failed (see train.log)" >> "$dir/train.log"
   if [[ -f $dir/model.safetensors ]]; then
-    timeout "${REPORT_TIMEOUT_S:-100}" python3 -m kvcache_bench.canary "$dir" --documents "${REPORT_DOCUMENTS:-16}" --device "${REPORT_DEVICE:-cuda}" > "$dir/report.json" 2>> "$dir/train.log" \
+    timeout "${REPORT_TIMEOUT_S:-100}" python3 -m kvcache_bench.canary.report_card "$dir" --documents "${REPORT_DOCUMENTS:-16}" --device "${REPORT_DEVICE:-cuda}" > "$dir/report.json" 2>> "$dir/train.log" \
       || echo "$name: scoring did not finish" >> "$dir/train.log"
     cp "$dir/model.safetensors" "$OUT/$name.safetensors"
   fi

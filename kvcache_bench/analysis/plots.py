@@ -16,9 +16,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD  # noqa: E402
-from .io import atomic_path  # noqa: E402
-from .methods import METHODS, method_label  # noqa: E402
+from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD  # noqa: E402
+from kvcache_bench.io import atomic_path  # noqa: E402
+from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
 
 # Okabe & Ito (2008), without black, which is kept for the full cache.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]

@@ -13,8 +13,8 @@ import copy
 from collections.abc import Callable
 from decimal import Decimal
 
-from .methods import retentions_for
-from .prompts import max_new_tokens_for
+from kvcache_bench.methods.registry import retentions_for
+from kvcache_bench.study.prompts import max_new_tokens_for
 
 # How a retention is written in paths and wildcards: ``retention_label`` writes it, this regex reads it back.
 RETENTION_WILDCARD = r"[01]\.\d\d+"  # no braces: Snakemake reads them as wildcards
@@ -112,7 +112,7 @@ def typed_cell(cell: dict) -> dict:
 
 
 def split_by_check(cells: list[dict], problems_of: Callable[[dict], list[str]]) -> tuple[list[dict], list[dict]]:
-    """(accepted, refused), each cell judged once by ``problems_of`` (``kvcache_bench.checks.problems_of``).
+    """(accepted, refused), each cell judged once by ``problems_of`` (``kvcache_bench.study.cell_checks.problems_of``).
 
     The check is passed in, not imported: the check names its targets with this module's ``setting_slug``.
     """
@@ -132,7 +132,7 @@ def expected_examples(config: dict, cell: dict) -> int | None:
     """How many examples the cell's table row should have (None: all the dataset has, unknown here)."""
     dataset_cfg = config["datasets"][cell["dataset"]]
     if dataset_cfg["source"] == "synthetic":  # asking for more rows than the generator makes is flagged, not capped
-        from .data import synthetic_row_count
+        from kvcache_bench.data.synthetic import synthetic_row_count
 
         return dataset_cfg.get("num_examples") or synthetic_row_count(dataset_cfg.get("synthetic", {}))
     return dataset_cfg.get("num_examples")
@@ -175,7 +175,7 @@ def perf_record_path(cell: dict) -> str:
 
 
 def plan_jobs(config: dict, study_cells: list[dict], perf_cells: list[dict]) -> list[dict]:
-    """Every GPU job the config asks for, with what its cost depends on (kvcache_bench.plan estimates it)."""
+    """Every GPU job the config asks for, with what its cost depends on (kvcache_bench.perf.plan estimates it)."""
     perf = config["perf"]
     jobs = [
         dict(

@@ -20,7 +20,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .data import sha256_of
+from kvcache_bench.io import sha256_of
 
 INSTALL_HELP = (
     "install it without its dependencies (the GGUF file is all this project reads):\n"

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .caches import default_cache
-from .engine import Generation, greedy_decode
-from .loading import synchronize
-from .prefill import prefill, prefill_example, prefill_shared_context
-from .prompts import PromptTokens
+from kvcache_bench.generation.caches import default_cache
+from kvcache_bench.generation.loading import synchronize
+from kvcache_bench.generation.prefill import prefill, prefill_example, prefill_shared_context
+from kvcache_bench.generation.single_decode import Generation, greedy_decode
+from kvcache_bench.study.prompts import PromptTokens
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
 _ATTENTION_PREFIX = "kvbench_layer_masked_"

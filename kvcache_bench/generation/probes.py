@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from .engine import padded_batch_answers
-from .loading import stop_token_ids
-from .methods import build_press
-from .metrics import score_example
-from .prompts import build_prompt_tokens
+from kvcache_bench.analysis.metrics import score_example
+from kvcache_bench.generation.loading import stop_token_ids
+from kvcache_bench.generation.single_decode import padded_batch_answers
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.prompts import build_prompt_tokens
 
 
 @torch.inference_mode()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .data import SPECIAL_TOKENS
+from kvcache_bench.data.synthetic import SPECIAL_TOKENS
 
 
 def build_word_tokenizer(vocabulary: list[str]):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from .perf_tables import MixedHardwareError
+from kvcache_bench.perf.tables import MixedHardwareError
 
 # Stated defaults for cells no perf record covers: an 8B model in bf16 on one H100/H200-class GPU,
 # decoding batch 1 with Hugging Face's Python loop (launch-bound). Override in perf.estimate.defaults.

@@ -4,7 +4,7 @@ Records carry the hardware they came from; tables and figures refuse to mix hard
 (``MixedHardwareError``): a fake backend (CPU, or no NVML) is never compared with a real GPU, nor one GPU
 model with another.
 
-Command line (``python -m kvcache_bench.perf_tables ...``):
+Command line (``python -m kvcache_bench.perf.tables ...``):
   table RECORDS.jsonl...   the Markdown table the README shows for reference records.
 """
 
@@ -94,7 +94,7 @@ def summarize_perf(records: list[dict]):
 
 def markdown_table(summary) -> str:
     """The README's rendering of a perf summary (one hardware only)."""
-    from .methods import METHODS
+    from kvcache_bench.methods.registry import METHODS
 
     backend, gpu = require_one_hardware(summary, "the Markdown table")
     header = (
@@ -119,9 +119,9 @@ def markdown_table(summary) -> str:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from .io import read_jsonl
+    from kvcache_bench.io import read_jsonl
 
-    parser = argparse.ArgumentParser(prog="python -m kvcache_bench.perf_tables", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m kvcache_bench.perf.tables", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     table = commands.add_parser("table", help="print the Markdown table of perf records (one hardware only)")
     table.add_argument("records", nargs="+", help="perf record JSONL files")

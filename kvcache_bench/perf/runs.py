@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .perf_hardware import pick_hardware
-from .perf_tables import percentile
+from kvcache_bench.perf.hardware import pick_hardware
+from kvcache_bench.perf.tables import percentile
 
 # ----------------------------------------------------------------------------- contexts
 
@@ -37,7 +37,7 @@ def filler_context_ids(length: int, vocab_size: int, seed: int, reserved: int = 
 def dataset_context_ids(tokenizer, task: str, rows: list[dict], length: int, seed: int) -> list[int]:
     """Exactly ``length`` tokens: the task prompt's question part, after documents of the dataset
     (seeded order, concatenated, cut to fit). The press sees all of it (question-aware)."""
-    from .prompts import split_prompt
+    from kvcache_bench.study.prompts import split_prompt
 
     if not rows:
         raise ValueError("no dataset rows to build a context from")
@@ -129,7 +129,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     """
     from transformers import DynamicCache
 
-    from .caches import mean_cache_length
+    from kvcache_bench.generation.caches import mean_cache_length
 
     if new_tokens < 1:
         raise ValueError("new_tokens must be >= 1")
@@ -205,7 +205,7 @@ class PerfSettings:
 
 def check_perf_cell(cell: PerfCell, task: str) -> None:
     """The generation check (eviction + batch > 1 refused, retention rules): the same code, question-aware."""
-    from .checks import Cell, check_cell
+    from kvcache_bench.study.cell_checks import Cell, check_cell
 
     check_cell(Cell("perf", task, cell.model, cell.method, "question_aware", cell.retention, cell.batch_size))
 
@@ -234,7 +234,7 @@ def model_architecture(model) -> dict:
 
 
 def _software_versions() -> dict:
-    from .manifest import package_versions
+    from kvcache_bench.manifest import package_versions
 
     return {name: version for name, version in package_versions().items() if name in ("python", "torch", "transformers", "kvpress", "nvidia-ml-py")}
 
@@ -283,7 +283,7 @@ def measure_cells(
 
     Returns one record per measured run. ``context_ids`` maps a context length to its token ids.
     """
-    from .methods import build_press
+    from kvcache_bench.methods.registry import build_press
 
     for cell in cells:
         check_perf_cell(cell, settings.task)
@@ -341,8 +341,8 @@ def run_perf_job(
     Returns the records and the job's own accounting: load time, total time, and the share of the
     measured runs' wall time spent outside the model's forward calls.
     """
-    from .loading import load_model, load_tokenizer, pick_device
-    from .methods import attention_implementation_for
+    from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device
+    from kvcache_bench.methods.registry import attention_implementation_for
 
     job_start = time.perf_counter()
     check_perf_cell(cell, settings.task)

@@ -7,12 +7,30 @@ import time
 
 import torch
 
-from .batched_decode import DecodePath, decode_mode, generate_prefill_one_decode_many, generate_shared_contexts_together
-from .checks import Cell, check_cell
-from .engine import Generation, decode_answer, generate_one, generate_padded_batch, generate_shared_context
-from .loading import ModelSettings, load_model, load_tokenizer, pick_device, stop_token_ids, synchronize
-from .methods import attention_implementation_for, build_press, cache_factory_for, get_method
-from .prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
+from kvcache_bench.generation.batched_decode import (
+    DecodePath,
+    decode_mode,
+    generate_prefill_one_decode_many,
+    generate_shared_contexts_together,
+)
+from kvcache_bench.generation.loading import (
+    ModelSettings,
+    load_model,
+    load_tokenizer,
+    pick_device,
+    stop_token_ids,
+    synchronize,
+)
+from kvcache_bench.generation.single_decode import (
+    Generation,
+    decode_answer,
+    generate_one,
+    generate_padded_batch,
+    generate_shared_context,
+)
+from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
+from kvcache_bench.study.cell_checks import Cell, check_cell
+from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +69,7 @@ def run_cell(
 
     ``batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
-    (``kvcache_bench.batched_decode``: safe with eviction).
+    (``kvcache_bench.generation.batched_decode``: safe with eviction).
     """
     from tqdm import tqdm
 

@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from .caches import CacheCheckpoint, cache_lengths, default_cache, mean_cache_length
-from .loading import synchronize
-from .prompts import PromptTokens
+from kvcache_bench.generation.caches import CacheCheckpoint, cache_lengths, default_cache, mean_cache_length
+from kvcache_bench.generation.loading import synchronize
+from kvcache_bench.study.prompts import PromptTokens
 
 
 def press_context(press, model):

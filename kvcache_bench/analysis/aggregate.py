@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .io import read_jsonl
-from .methods import FULL_RETENTION, METHODS, method_label
+from kvcache_bench.io import read_jsonl
+from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
 
 CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size", "decode_batch_size"]
 GROUP_COLUMNS = ["dataset", "task", "model", "question_mode"]

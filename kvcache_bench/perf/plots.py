@@ -14,9 +14,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .methods import METHODS, method_label  # noqa: E402
-from .perf_tables import require_one_hardware  # noqa: E402
-from .plots import method_style  # noqa: E402
+from kvcache_bench.analysis.plots import method_style  # noqa: E402
+from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
+from kvcache_bench.perf.tables import require_one_hardware  # noqa: E402
 
 
 def _peak_memory_gib(frame: pd.DataFrame) -> tuple[pd.Series, str]:

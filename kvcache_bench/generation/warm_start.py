@@ -34,7 +34,7 @@ import time
 import traceback
 from pathlib import Path
 
-from .workflow import ScriptJob
+from kvcache_bench.workflow import ScriptJob
 
 IDLE_SECONDS = 120
 START_TIMEOUT_SECONDS = 600
@@ -54,10 +54,10 @@ def applies_to(job) -> bool:
 
 def preload() -> None:
     """What a generate job imports, imported once in the server."""
-    importlib.import_module("kvcache_bench.generate_job")
+    importlib.import_module("kvcache_bench.generation.job")
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM  # noqa: F401
 
-    from .methods import import_kvpress
+    from kvcache_bench.methods.registry import import_kvpress
 
     import_kvpress()
 
@@ -118,7 +118,7 @@ def _connect(path: Path) -> socket.socket:
         server_log = path.with_suffix(".log")
         with open(server_log, "w") as log:
             server = subprocess.Popen(
-                [sys.executable, "-m", "kvcache_bench.warm_start", str(path)],
+                [sys.executable, "-m", "kvcache_bench.generation.warm_start", str(path)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT_SECONDS

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .methods import FULL_RETENTION, UnknownMethodError, build_press, get_method
-from .prompts import KNOWN_TASKS
-from .study import setting_slug
+from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, build_press, get_method
+from kvcache_bench.study.cells import setting_slug
+from kvcache_bench.study.prompts import KNOWN_TASKS
 
 QUESTION_MODES = ("question_aware", "question_agnostic")
 
@@ -75,7 +75,7 @@ def problems_with(cell: Cell) -> list[str]:
 
 
 def problems_of(fields: dict) -> list[str]:
-    """``problems_with`` for a cell given as a dict of its fields (what kvcache_bench.study passes)."""
+    """``problems_with`` for a cell given as a dict of its fields (what kvcache_bench.study.cells passes)."""
     return problems_with(Cell(**fields))
 
 

@@ -127,7 +127,7 @@ RULER_PROMPTS = {task: "{context}{input}" for task in RULER_TASKS}
 SYNTHETIC_PROMPTS = {
     "synthetic_qa": "read the document and answer the question .\n\ndocument : {context}\n\nquestion : {input}\nanswer :",
 }
-SYNTHETIC_TASK = "synthetic_qa"  # the offline demo's task (kvcache_bench.data writes it; the canary trains on it)
+SYNTHETIC_TASK = "synthetic_qa"  # the offline demo's task (kvcache_bench.data.synthetic makes it; the canary trains on it)
 SYNTHETIC_MAX_NEW_TOKENS = {SYNTHETIC_TASK: 8}
 
 PROMPTS = {**LONGBENCH_PROMPTS, **RULER_PROMPTS, **SYNTHETIC_PROMPTS}

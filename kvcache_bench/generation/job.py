@@ -1,7 +1,7 @@
 """The generate rule's job: one cell's predictions and their manifest, from the job's input, params and log.
 
 scripts/generate.py runs it in its own process, or, with ``generation.warm_start``, hands it to a warm
-process (kvcache_bench.warm_start) that has torch, transformers and kvpress imported already.
+process (kvcache_bench.generation.warm_start) that has torch, transformers and kvpress imported already.
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import logging
 
 import torch
 
-from .cell import run_cell
-from .config_checks import remote_code_warning
-from .gpus import pin_gpus_for_job
-from .io import read_jsonl, write_jsonl_atomic
-from .loading import ModelSettings
-from .manifest import verify_against_manifest, write_manifest
-from .workflow import logging_to, params_of
+from kvcache_bench.generation.cell_runner import run_cell
+from kvcache_bench.generation.gpus import pin_gpus_for_job
+from kvcache_bench.generation.loading import ModelSettings
+from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.manifest import verify_against_manifest, write_manifest
+from kvcache_bench.study.config_checks import remote_code_warning
+from kvcache_bench.workflow import logging_to, params_of
 
 
 def run_generate_job(job) -> None:

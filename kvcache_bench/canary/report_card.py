@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from .prompts import SYNTHETIC_TASK
+from kvcache_bench.study.prompts import SYNTHETIC_TASK
 
 CANARY_DIR = Path(__file__).resolve().parent.parent / "resources" / "canary"
 HELD_OUT_SEED = 777  # training draws its documents from (training seed, step); this seed is never used there
@@ -57,7 +57,7 @@ def held_out_rows(
     Mixing matters for the batched harness: consecutive rows share a document (and its length), and a
     batch of equal lengths has no padding to go wrong.
     """
-    from .data import make_synthetic_rows
+    from kvcache_bench.data.synthetic import make_synthetic_rows
 
     rows = make_synthetic_rows(
         n_documents,
@@ -73,7 +73,7 @@ def held_out_rows(
 
 
 def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
-    from .metrics import score_example
+    from kvcache_bench.analysis.metrics import score_example
 
     scores = [score_example(SYNTHETIC_TASK, p, r["answers"]) for p, r in zip(predictions, rows)]
     return 100.0 * sum(scores) / len(scores)
@@ -81,8 +81,8 @@ def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
 
 def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu") -> list[str]:
     """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
-    from .cell import run_cell
-    from .loading import ModelSettings
+    from kvcache_bench.generation.cell_runner import run_cell
+    from kvcache_bench.generation.loading import ModelSettings
 
     model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
     kwargs = METHOD_KWARGS.get(setting.method, {})
@@ -108,10 +108,10 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
     import torch
 
-    from .engine import padded_batch_answers
-    from .loading import load_model, load_tokenizer, pick_device, stop_token_ids
-    from .methods import build_press
-    from .prompts import build_prompt_tokens
+    from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device, stop_token_ids
+    from kvcache_bench.generation.single_decode import padded_batch_answers
+    from kvcache_bench.methods.registry import build_press
+    from kvcache_bench.study.prompts import build_prompt_tokens
 
     if setting.question_mode != "question_aware":
         raise ValueError("the padded harness prefills the whole prompt: question-aware only")

@@ -4,7 +4,7 @@ With a random demo model every method scores ~0, so the demo shows nothing about
 is small enough to commit (safetensors, fp32) and to run on 2 CPU cores, yet answers well enough that
 dropping the wrong part of its KV cache costs points.
 
-Training reads the same generator as the demo's data (``kvcache_bench.data``) and builds each sequence
+Training reads the same generator as the demo's data (``kvcache_bench.data.synthetic``) and builds each sequence
 exactly as the engine prompts (``prompts.split_prompt``): BOS, the context part, then several
 "question part + answer + EOS" turns about the same document; the loss is on answer tokens and EOS only.
 Token ids come from the word-level vocabulary directly (each word is one token), which is what the
@@ -24,7 +24,7 @@ an earlier experiment's bf16 at lr 1e-3 diverged to NaN, at 5e-4 with clipping i
   so a run cut to fit a GPU lease still ends annealed; ``init_from`` continues from an earlier run's
   weights, so training can span several leases.
 
-    python -m kvcache_bench.train --config config/canary-train.yaml --out results/models/canary
+    python -m kvcache_bench.canary.train --config config/canary-train.yaml --out results/models/canary
 """
 
 from __future__ import annotations
@@ -34,217 +34,29 @@ import json
 import logging
 import math
 import os
-import random
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from .data import MAX_ANSWER_WORDS, make_synthetic_document, synthetic_question, synthetic_vocabulary
-from .io import write_text_atomic
-from .loading import pick_device
-from .prompts import PROMPTS, SYNTHETIC_TASK, split_prompt
+from kvcache_bench.canary.sequences import IGNORE, Curriculum, StepBatches, Vocabulary
+from kvcache_bench.canary.settings import TrainSettings, dataclass_replace
+from kvcache_bench.data.synthetic import (
+    synthetic_vocabulary,
+)
+from kvcache_bench.generation.loading import pick_device
+from kvcache_bench.io import write_text_atomic
 
 log = logging.getLogger(__name__)
-
-IGNORE = -100
-
-
-@dataclass
-class ModelShape:
-    hidden_size: int = 256
-    intermediate_size: int = 768
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 8
-    num_key_value_heads: int = 2  # GQA, so kvpress's repeat_kv paths run
-    head_dim: int = 32
-    max_position_embeddings: int = 4096
-    rope_theta: float = 10000.0
-    rms_norm_eps: float = 1e-6
-    tie_word_embeddings: bool = True  # copying a word from the context is easier through tied embeddings
-
-
-@dataclass
-class TrainSettings:
-    seed: int = 20261130
-    steps: int = 30000  # the most steps; a time budget usually ends the run first
-    warmup_steps: int = 100
-    learning_rate: float = 5e-4
-    betas: tuple[float, float] = (0.9, 0.98)
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    sequences_per_step: int = 64
-    tokens_per_step: int = 65536  # long sequences come fewer to a step, so a step's cost stays bounded
-    min_sequence_tokens: int = 64
-    curriculum_lengths: tuple[int, ...] = (128, 256, 512, 1024, 1536, 2304)  # 2,304: a 2,048-word document, its prompt and questions
-    curriculum_gate_accuracy: float = 0.9  # answer-token accuracy at a stage's length that opens the next stage
-    curriculum_window: int = 100  # steps at the stage's length that the gate averages over
-    short_batch_fraction: float = 0.2  # batches whose length is drawn below the stage's, so short documents stay in practice
-    decay_fraction: float = 0.2
-    bf16_autocast: bool = False
-    questions_per_sequence: int = 4
-    min_facts: int = 4
-    max_facts: int = 8
-    log_every: int = 250
-    checkpoint_every: int = 1000
-    num_workers: int = 0
-    device: str = "auto"
-    model: ModelShape = field(default_factory=ModelShape)
-
-    @classmethod
-    def from_dict(cls, values: dict) -> TrainSettings:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ValueError(f"unknown training settings {unknown}; known: {sorted(known)}")
-        values = dict(values)
-        if "model" in values:
-            values["model"] = ModelShape(**values["model"])
-        for name in ("betas", "curriculum_lengths"):
-            if name in values:
-                values[name] = tuple(values[name])
-        for name in ("learning_rate", "weight_decay", "grad_clip", "curriculum_gate_accuracy", "short_batch_fraction", "decay_fraction"):
-            if name in values:
-                values[name] = float(values[name])  # YAML reads 5e-4 (no dot) as a string
-        settings = cls(**values)
-        if list(settings.curriculum_lengths) != sorted(set(settings.curriculum_lengths)) or settings.curriculum_lengths[0] < settings.min_sequence_tokens:
-            raise ValueError(f"curriculum_lengths must rise and start at >= min_sequence_tokens, got {settings.curriculum_lengths}")
-        return settings
-
-    @property
-    def max_sequence_tokens(self) -> int:
-        return self.curriculum_lengths[-1]
-
-
-# ----------------------------------------------------------------------------------------------- data
-
-
-class Vocabulary:
-    """Word -> id as the canary's word-level tokenizer maps them (each word of these texts is one token)."""
-
-    def __init__(self, tokenizer):
-        self.ids = tokenizer.get_vocab()
-        self.bos, self.eos, self.pad = tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return [self.ids[word] for word in text.split()]
-
-
-def training_sequence(rng: random.Random, vocab: Vocabulary, max_tokens: int, settings: TrainSettings) -> tuple[list[int], list[int]]:
-    """A random document and several of its questions, as (input ids, labels), at most ``max_tokens`` long."""
-    head = 1 + len(split_prompt(SYNTHETIC_TASK, "", "")[0].split())
-    per_question = len(_between_context_and_question().split()) + len(split_prompt(SYNTHETIC_TASK, "", "what is the x of y ?")[1].split()) + MAX_ANSWER_WORDS + 1
-    budget = max_tokens - head
-    n_questions = max(1, min(settings.questions_per_sequence, budget // 40))
-    max_words = budget - n_questions * per_question
-    most_facts = max(n_questions, min(settings.max_facts, max_words // 12))  # sparse and dense documents alike
-    n_facts = rng.randint(min(max(n_questions, settings.min_facts), most_facts), most_facts)
-    shortest = n_facts * (6 + MAX_ANSWER_WORDS) + 2
-    n_words = rng.randint(max(max_words // 2, shortest), max(max_words, shortest))
-    context, facts = make_synthetic_document(rng, n_words, n_facts)
-    return encode_sequence(vocab, context, rng.sample(facts, n_questions))
-
-
-def encode_sequence(vocab: Vocabulary, context: str, asked: list[dict]) -> tuple[list[int], list[int]]:
-    """BOS + context part + (question part + answer + EOS) per asked fact, and the answer-only labels.
-
-    The first question follows the document exactly as in the engine's prompt; the others follow the
-    previous answer's EOS. ``labels[t]`` is the token at t+1 when that token is an answer word or the
-    answer's EOS, and IGNORE otherwise.
-    """
-    context_text, _ = split_prompt(SYNTHETIC_TASK, context, "")
-    ids = [vocab.bos] + vocab.encode(context_text)
-    is_target = [False] * len(ids)
-    for turn, fact in enumerate(asked):
-        _, question_text = split_prompt(SYNTHETIC_TASK, context, synthetic_question(fact))
-        question = (vocab.encode(_between_context_and_question()) if turn else []) + vocab.encode(question_text)
-        answer = vocab.encode(fact["value"]) + [vocab.eos]
-        ids += question + answer
-        is_target += [False] * len(question) + [True] * len(answer)
-    labels = [ids[t + 1] if is_target[t + 1] else IGNORE for t in range(len(ids) - 1)] + [IGNORE]
-    return ids, labels
-
-
-def _between_context_and_question() -> str:
-    """What the prompt puts between the document and the question ("question :"), repeated per turn."""
-    return PROMPTS[SYNTHETIC_TASK].split("{context}", 1)[1].split("{input}", 1)[0]
-
-
-def sequences_at(length: int, settings: TrainSettings) -> int:
-    return max(1, min(settings.sequences_per_step, settings.tokens_per_step // length))
-
-
-def training_batch(step: int, stage_length: int, vocab: Vocabulary, settings: TrainSettings) -> dict[str, torch.Tensor]:
-    """The batch of ``step`` at a curriculum stage: a function of (seed, step, stage length) alone."""
-    rng = random.Random(settings.seed * 1_000_003 + step)
-    length = stage_length
-    if rng.random() < settings.short_batch_fraction:
-        length = rng.randint(settings.min_sequence_tokens, stage_length)
-    sequences = [training_sequence(rng, vocab, length, settings) for _ in range(sequences_at(length, settings))]
-    width = max(len(ids) for ids, _ in sequences)
-    input_ids = torch.full((len(sequences), width), vocab.pad, dtype=torch.long)
-    labels = torch.full((len(sequences), width), IGNORE, dtype=torch.long)
-    for row, (ids, targets) in enumerate(sequences):  # right padding: causal attention never sees it
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, : len(targets)] = torch.tensor(targets)
-    return {"step": step, "stage_length": stage_length, "at_stage_length": length == stage_length, "input_ids": input_ids, "labels": labels}
-
-
-class Curriculum:
-    """Which stage of ``curriculum_lengths`` training is at; the next opens once the gate accuracy is met.
-
-    The stage lives in shared memory so DataLoader workers build batches at the current length; batches
-    already prefetched at the old length are simply used (each batch says its stage).
-    """
-
-    def __init__(self, settings: TrainSettings, stage: int = 0):
-        import multiprocessing
-
-        self.settings = settings
-        self._stage = multiprocessing.get_context("fork").Value("i", stage, lock=False)
-        self._accuracies: list[float] = []
-
-    @property
-    def stage(self) -> int:
-        return self._stage.value
-
-    @property
-    def length(self) -> int:
-        return self.settings.curriculum_lengths[self.stage]
-
-    def observe(self, stage_length: int, at_stage_length: bool, accuracy: float) -> bool:
-        """Count one step's answer accuracy; True when this opened the next stage."""
-        if stage_length != self.length or not at_stage_length or self.stage == len(self.settings.curriculum_lengths) - 1:
-            return False
-        self._accuracies.append(accuracy)
-        window = self._accuracies[-self.settings.curriculum_window :]
-        if len(window) < self.settings.curriculum_window or sum(window) / len(window) < self.settings.curriculum_gate_accuracy:
-            return False
-        self._stage.value += 1
-        self._accuracies = []
-        return True
-
-
-class StepBatches(torch.utils.data.IterableDataset):
-    """Batches for steps [first, last) at the curriculum's current length, round-robin among workers."""
-
-    def __init__(self, first: int, last: int, curriculum: Curriculum, vocab: Vocabulary, settings: TrainSettings):
-        self.first, self.last, self.curriculum, self.vocab, self.settings = first, last, curriculum, vocab, settings
-
-    def __iter__(self):
-        info = torch.utils.data.get_worker_info()
-        worker, workers = (info.id, info.num_workers) if info else (0, 1)
-        for step in range(self.first + worker, self.last, workers):
-            yield training_batch(step, self.curriculum.length, self.vocab, self.settings)
 
 
 # ---------------------------------------------------------------------------------------------- model
 
 
 def canary_tokenizer():
-    from .demo_model import build_word_tokenizer
+    from kvcache_bench.data.demo_model import build_word_tokenizer
 
     return build_word_tokenizer(synthetic_vocabulary())
 
@@ -316,7 +128,7 @@ def _write_log(out_dir: Path, record: dict) -> None:
 
 def _previous_run(init_from: str | Path) -> dict:
     """What an earlier run left: its log (steps done, curriculum stage) and its weights' checksum."""
-    from .data import sha256_of
+    from kvcache_bench.io import sha256_of
 
     source = Path(init_from)
     logged = json.loads((source / "training_log.json").read_text())
@@ -460,20 +272,8 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
     return record
 
 
-def dataclass_replace(settings: TrainSettings, **changes) -> TrainSettings:
-    import dataclasses
-
-    return dataclasses.replace(settings, **changes)
-
-
-def load_settings(path: str | Path) -> TrainSettings:
-    import yaml
-
-    return TrainSettings.from_dict(yaml.safe_load(Path(path).read_text()) or {})
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Train the canary model (see kvcache_bench/train.py)")
+    parser = argparse.ArgumentParser(description="Train the canary model (see kvcache_bench/canary/train.py)")
     parser.add_argument("--config", default="config/canary-train.yaml")
     parser.add_argument("--out", required=True, help="directory for config, tokenizer, weights, training_log.json")
     parser.add_argument("--steps", type=int, help="override the config's step count")

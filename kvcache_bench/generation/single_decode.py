@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .caches import default_cache, mean_cache_length
-from .loading import synchronize
-from .prefill import prefill_example, prefill_shared_context, press_context
-from .prompts import PromptTokens
+from kvcache_bench.generation.caches import default_cache, mean_cache_length
+from kvcache_bench.generation.loading import synchronize
+from kvcache_bench.generation.prefill import prefill_example, prefill_shared_context, press_context
+from kvcache_bench.study.prompts import PromptTokens
 
 
 @dataclass

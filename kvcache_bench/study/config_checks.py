@@ -14,8 +14,8 @@ import os
 import re
 from pathlib import Path
 
-from .methods import METHODS
-from .study import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
+from kvcache_bench.methods.registry import METHODS
+from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
 
 # Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")

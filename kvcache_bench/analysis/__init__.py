@@ -1,0 +1,1 @@
+"""Where scores and tables are made: per-example metrics, the summary with its intervals, figures."""

@@ -1,0 +1,1 @@
+"""The canary model: its training task and loop, and its report card."""

@@ -1,0 +1,1 @@
+"""Where examples and models come from: LongBench/RULER rows, generated tasks, packaged and built models."""

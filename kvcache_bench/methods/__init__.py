@@ -1,0 +1,1 @@
+"""The compression methods: config name -> kvpress press, and the retention -> compression-ratio conversion."""

@@ -1,0 +1,1 @@
+"""Where cost numbers are made: timed runs, hardware counters, their tables, figures and the GPU-hour plan."""
