@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kvcache_bench.study.prompts import SYNTHETIC_TASK
 
-CANARY_DIR = Path(__file__).resolve().parent.parent / "resources" / "canary"
+CANARY_DIR = Path(__file__).resolve().parents[2] / "resources" / "canary"
 HELD_OUT_SEED = 777  # training draws its documents from (training seed, step); this seed is never used there
 METHOD_KWARGS = {"snapkv": {"window_size": 8}}  # as config/demo.yaml: the prompt's question fits in 8 tokens
 
