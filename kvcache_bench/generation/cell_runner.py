@@ -28,7 +28,13 @@ from kvcache_bench.generation.single_decode import (
     generate_padded_batch,
     generate_shared_context,
 )
-from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
+from kvcache_bench.methods.registry import (
+    attention_implementation_for,
+    build_press,
+    cache_factory_for,
+    get_method,
+    press_construction,
+)
 from kvcache_bench.study.cell_checks import Cell, check_cell
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
 
@@ -81,6 +87,7 @@ def run_cell(
     model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
     press = build_press(method, retention, method_kwargs, seed=seed)
     make_cache = cache_factory_for(method, model, method_kwargs)
+    construction = press_construction(press)  # before generating: a press may keep state on itself
     stop_ids = stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task)
     min_new_tokens = 1 if task in NEWLINE_STOP_TASKS else 0
     question_aware = question_mode == "question_aware"
@@ -186,6 +193,7 @@ def run_cell(
             "warmup_seconds": warmup_seconds,
             "decode_steps": decode_steps,
             "method": method,
+            "construction": construction,
             "retention": retention,
             "batch_size": batch_size,
             "question_mode": question_mode,
