@@ -29,6 +29,8 @@ rule generate:
         question_mode="{question_mode}",
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
+        custom_methods=custom_methods_needed,
+        press_code=press_code,
         seed=SEED,
         warm_start=GENERATION["warm_start"],
     script:

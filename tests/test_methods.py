@@ -15,7 +15,6 @@ from kvcache_bench.methods.registry import (
     doctor,
     retentions_for,
 )
-from kvcache_bench.study.cell_checks import ConfigCheckError, check_methods_resolve
 from tests.fixtures.tiny_models import tiny_llama
 
 
@@ -46,12 +45,11 @@ def test_h2o_forces_eager_attention_and_others_keep_the_configured_one():
     assert attention_implementation_for("snapkv", "sdpa") == "sdpa"
 
 
-def test_misconfigured_methods_fail_before_any_job_naming_each():
-    with pytest.raises(ConfigCheckError) as error:
-        check_methods_resolve(["snapkv", "knorm", "kv_quant_4bit"], {"snapkv": {"window": 8}, "kv_quant_4bit": {"bits": 3}})
-    message = str(error.value)
-    assert "snapkv" in message and "window" in message and "kv_quant_4bit" in message and "bits" in message
-    assert "knorm:" not in message
+def test_misconfigured_methods_fail_naming_the_kwarg():
+    with pytest.raises(UnknownMethodError, match="window"):
+        build_press("snapkv", 0.5, {"window": 8})
+    with pytest.raises(UnknownMethodError, match="bits"):
+        build_press("kv_quant_4bit", 1.0, {"bits": 3})
     with pytest.raises(UnknownMethodError, match="did you mean 'snapkv'"):
         build_press("snap_kv", 0.5)
 

@@ -9,7 +9,7 @@ import yaml
 from conftest import FAKE_HF_TOKEN, planned_jobs, run_snakemake, write_config
 
 PIPELINE_RULES = {
-    "check_methods", "check_config", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
+    "check_method", "check_config", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
 }
 
 

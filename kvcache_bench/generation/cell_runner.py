@@ -70,6 +70,7 @@ def run_cell(
     method_kwargs: dict | None = None,
     progress: bool = True,
     decode_batch_size: int = 1,
+    custom_methods: dict | None = None,
 ):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
 
@@ -79,14 +80,14 @@ def run_cell(
     """
     from tqdm import tqdm
 
-    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size))
+    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size), custom_methods)
     torch.manual_seed(seed)
     device = pick_device(model_settings.device)
     tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
-    attention = attention_implementation_for(method, model_settings.attn_implementation)
+    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
-    press = build_press(method, retention, method_kwargs, seed=seed)
-    make_cache = cache_factory_for(method, model, method_kwargs)
+    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
+    make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
     construction = press_construction(press)  # before generating: a press may keep state on itself
     stop_ids = stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task)
     min_new_tokens = 1 if task in NEWLINE_STOP_TASKS else 0
@@ -97,7 +98,7 @@ def run_cell(
         build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
         for row in rows
     ]
-    kv_bits = get_method(method).kv_cache_bits
+    kv_bits = get_method(method, custom_methods).kv_cache_bits
     batch_decoding = decode_batch_size > 1
     single_path = DecodePath(decode_batch_size, 1, None).record()
     path_of: dict[int, dict] = {}

@@ -39,6 +39,7 @@ def run_generate_job(job) -> None:
             max_new_tokens=p.max_new_tokens,
             seed=p.seed,
             method_kwargs=p.method_kwargs,
+            custom_methods=p.custom_methods,
         )
         count = write_jsonl_atomic(job.output.predictions, records)
         write_manifest(job.output.predictions, params_of(job), p.seed, extra={"records": count, "data_sha256": data["content"]["sha256"]})

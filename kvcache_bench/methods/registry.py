@@ -31,26 +31,37 @@ FULL_RETENTION = 1.0
 
 def custom_specs(custom_methods: dict | None) -> dict[str, MethodSpec]:
     """The config's ``custom_methods`` as specs (no import: parse-time checks import their classes)."""
+    custom_methods = custom_methods or {}
     specs: dict[str, MethodSpec] = {}
-    for name, settings in (custom_methods or {}).items():
+
+    def spec_of(name: str, wrapping: frozenset) -> MethodSpec:
+        if name in specs:
+            return specs[name]
+        if name not in custom_methods:
+            return get_method(name)
+        if name in wrapping:
+            raise UnknownMethodError(f"custom_methods.{name} wraps itself through its inner methods (a cycle)")
+        settings = custom_methods[name]
         kwargs = dict(settings.get("kwargs") or {})
         inner = settings.get("inner")
         if inner is not None:
+            inner_specs = [spec_of(n, wrapping | {name}) for n in (inner if isinstance(inner, list) else [inner])]
+            if any(spec.construction is None for spec in inner_specs):
+                raise UnknownMethodError(f"custom_methods.{name}.inner: a method without a press cannot be wrapped")
             field_name = WRAPPER_CLASSES.get(settings["press"].rpartition(":")[2], "__positional__")
-            inner_constructions = [_inner_construction(n, custom_methods) for n in (inner if isinstance(inner, list) else [inner])]
-            kwargs[field_name] = inner_constructions if field_name in ("presses", "__positional__") else inner_constructions[0]
+            constructions = [spec.construction for spec in inner_specs]
+            kwargs[field_name] = constructions if field_name in ("presses", "__positional__") else constructions[0]
         construction = Construction(settings["press"], kwargs)
         specs[name] = MethodSpec(
             name, settings.get("label") or name, construction, CUSTOM,
             takes_retention=settings.get("takes_retention", True),
             requires_eager_attention="ObservedAttentionPress" in classes_in(construction), origin="custom",
         )
+        return specs[name]
+
+    for name in custom_methods:
+        spec_of(name, frozenset())
     return specs
-
-
-def _inner_construction(name: str, custom_methods: dict) -> Construction:
-    spec = get_method(name, custom_methods, need_press=True)
-    return spec.construction
 
 
 def all_methods(custom_methods: dict | None = None) -> dict[str, MethodSpec]:
@@ -68,7 +79,7 @@ def did_you_mean(name: str, known) -> str:
     return f"did you mean {close[0]!r}? " if close else ""
 
 
-def get_method(name: str, custom_methods: dict | None = None, need_press: bool = False) -> MethodSpec:
+def get_method(name: str, custom_methods: dict | None = None) -> MethodSpec:
     if custom_methods and name in custom_methods:
         spec = custom_specs(custom_methods)[name]
     elif name in METHODS:
@@ -78,8 +89,6 @@ def get_method(name: str, custom_methods: dict | None = None, need_press: bool =
         raise UnknownMethodError(
             f"unknown method {name!r}; {did_you_mean(name, known)}known methods: {', '.join(sorted(known))}"
         ) from None
-    if need_press and spec.construction is None:
-        raise UnknownMethodError(f"method {name!r} has no press to wrap")
     return spec
 
 
@@ -117,11 +126,11 @@ def _quantized_cache_options(name: str, kwargs: dict | None) -> dict:
     return options
 
 
-def cache_factory_for(name: str, model, kwargs: dict | None = None):
+def cache_factory_for(name: str, model, kwargs: dict | None = None, custom_methods: dict | None = None):
     """A zero-argument function making the empty KV cache a method generates with."""
     from transformers import DynamicCache, QuantizedCache
 
-    spec = get_method(name)
+    spec = get_method(name, custom_methods)
     if spec.kv_cache_bits is None:
         return DynamicCache
     resolve_quantization_backend(spec)

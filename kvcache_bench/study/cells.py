@@ -95,7 +95,7 @@ def requested_cells(config: dict) -> list[dict]:
         for model in config["models"]
         for method in config["methods"]
         for mode in config["question_modes"]
-        for retention in retentions_for(method, config["retentions"])
+        for retention in retentions_for(method, config["retentions"], config.get("custom_methods"))
         for batch_size in batch_sizes_for(config, method)
         for decode_batch_size in decode_batch_sizes_for(config, batch_size)
     ]
@@ -161,7 +161,7 @@ def requested_perf_cells(config: dict) -> list[dict]:
         {**cell_of(dataset, task, model, method, "question_aware", retention, batch_size, 1), "context": str(context)}
         for model in config["models"]
         for method in perf.get("methods") or config["methods"]
-        for retention in retentions_for(method, perf.get("retentions") or config["retentions"])
+        for retention in retentions_for(method, perf.get("retentions") or config["retentions"], config.get("custom_methods"))
         for batch_size in perf["batch_sizes"]
         for context in perf["context_lengths"]
     ]
