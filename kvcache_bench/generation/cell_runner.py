@@ -13,6 +13,7 @@ from kvcache_bench.generation.batched_decode import (
     generate_prefill_one_decode_many,
     generate_shared_contexts_together,
 )
+from kvcache_bench.generation.caches import kv_bytes_per_token
 from kvcache_bench.generation.loading import (
     ModelSettings,
     load_model,
@@ -99,6 +100,7 @@ def run_cell(
         for row in rows
     ]
     kv_bits = get_method(method, custom_methods).kv_cache_bits
+    slot_bytes = kv_bytes_per_token(model, kv_bits)
     batch_decoding = decode_batch_size > 1
     single_path = DecodePath(decode_batch_size, 1, None).record()
     path_of: dict[int, dict] = {}
@@ -180,6 +182,9 @@ def run_cell(
             "pressed_tokens": generation.pressed_tokens,
             "kept_tokens": generation.kept_tokens,
             "effective_retention": generation.kept_tokens / max(1, generation.pressed_tokens),
+            # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
+            "kv_bytes_held": round(generation.kept_tokens * slot_bytes),
+            "kv_bytes_uncompressed": round(generation.pressed_tokens * kv_bytes_per_token(model)),
             "kv_cache_bits": kv_bits,
             "generated_tokens": len(generation.token_ids),
             "truncated": prompt.truncated,
