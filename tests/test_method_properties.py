@@ -47,3 +47,11 @@ def test_a_custom_press_that_evicts_is_refused_at_prefill_batch_above_one_from_i
     refusals = problems_with(batched, custom, measured=properties)
     assert any("removes tokens" in p and "padded row" in p for p in refusals), refusals
     assert problems_with(Cell("d", "qasper", "m", "value_norm", "question_aware", 0.5, 1), custom, measured=properties) == []
+
+
+def test_a_masking_press_is_refused_at_decode_batch_above_one_and_runs_alone():
+    properties = measure("adakv_snapkv")
+    alone = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 1)
+    stacked = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 8)
+    assert problems_with(alone, measured=properties) == []
+    assert any("one example's masks to another" in p for p in problems_with(stacked, measured=properties))

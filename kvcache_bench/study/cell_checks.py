@@ -92,6 +92,11 @@ def measured_problems(cell: Cell, measured: dict) -> list[str]:
             f"{cell.method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {cell.batch_size}: "
             f"left padding would be scored alongside the prompt{measured_share}. Use batch size 1."
         )
+    if measured.get("masks_slots") and cell.decode_batch_size > 1:
+        problems.append(
+            f"{cell.method} masks slots, and kvpress keeps the masks on the model for one sequence at a time: "
+            f"decode batch size {cell.decode_batch_size} would apply one example's masks to another. Use decode batch size 1."
+        )
     if measured.get("compresses_while_decoding"):
         problems.append(
             f"{cell.method} compresses while decoding, through hooks this engine does not keep while it decodes: "
