@@ -2,19 +2,20 @@
 # input, so a refused target produces nothing downstream and (with --keep-going) the others go on.
 
 
-# One job per method, its params that method's settings only: another config in the same results
-# directory leaves every other method's check, and so every cell downstream, up to date.
+# One job per method (seconds of CPU: a cluster runs it in the Snakemake process), its params that method's
+# settings only: another config in the same results directory leaves every other method's check, and so
+# every cell downstream, up to date.
 rule check_method:
     output:
         properties="results/checks/methods/{method}.json",
         manifest="results/checks/methods/{method}.json.manifest.json",
     log:
         "logs/check_method/{method}.log",
+    localrule: True
     conda:
         "../envs/generate.yaml"
     params:
         code=package_code("check_method.py"),
-        method="{method}",
         method_kwargs=method_kwargs,
         custom_methods=custom_methods_needed,
         press_code=press_code,
@@ -29,18 +30,11 @@ rule check_config:
         ok=f"results/checks/{CELL_PATTERN}.ok",
     log:
         f"logs/check_config/{CELL_PATTERN}.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
         code=package_code("check_config.py"),
-        dataset="{dataset}",
-        task="{task}",
-        model="{model}",
-        method="{method}",
-        question_mode="{question_mode}",
-        retention=wildcard_float("retention"),
-        batch_size=wildcard_int("batch_size"),
-        decode_batch_size=wildcard_int("decode_batch_size"),
         custom_methods=custom_methods_needed,
     script:
         "../scripts/check_config.py"
@@ -53,16 +47,10 @@ rule doctor:
         properties=doctor_method_checks(),
     log:
         "logs/doctor.log",
+    localrule: True
     conda:
         "../envs/generate.yaml"
     params:
         code=package_code("doctor.py"),
     script:
         "../scripts/doctor.py"
-
-
-# Seconds of CPU each at most: on a cluster they run in the Snakemake process instead of waiting in the queue.
-localrules:
-    check_method,
-    check_config,
-    doctor,

@@ -224,10 +224,10 @@ def run_check_job(job) -> None:
     """The check_method rule's job: one method's properties and their manifest."""
     from kvcache_bench.io import write_json_atomic
     from kvcache_bench.manifest import write_manifest
-    from kvcache_bench.workflow import logging_to, params_of
+    from kvcache_bench.workflow import logging_to, params_of, settings_of
 
     with logging_to(job):
-        p = job.params
+        p = settings_of(job)
         properties = measure(p.method, p.method_kwargs, p.custom_methods, os.getcwd())
         write_json_atomic(job.output.properties, properties)
         write_manifest(job.output.properties, params_of(job), None)
