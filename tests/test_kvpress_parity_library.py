@@ -17,10 +17,8 @@ NEW_TOKENS = 6
 # One method per way of compressing (masking per head, critical rescoring, blocks, chunks, key channels,
 # composition, context replay, merging) and the registry's changed name; the other offline methods share
 # their engine path with one of these.
-LIBRARY_METHODS = [
-    "adakv_snapkv", "critical_adakv_snapkv", "critical_snapkv", "block_keydiff", "chunkkv", "expected_attention",
-    "keydiff", "think", "snap_think", "kvzip", "compactor", "merging_snapkv",
-]
+# (critical_adakv_snapkv, keydiff, snap_think and compactor passed too, and were left out for CI time.)
+LIBRARY_METHODS = ["adakv_snapkv", "critical_snapkv", "block_keydiff", "chunkkv", "expected_attention", "think", "kvzip", "merging_snapkv"]
 
 
 @pytest.mark.parametrize("method", LIBRARY_METHODS)
