@@ -55,3 +55,22 @@ def test_a_masking_press_is_refused_at_decode_batch_above_one_and_runs_alone():
     stacked = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 8)
     assert problems_with(alone, measured=properties) == []
     assert any("one example's masks to another" in p for p in problems_with(stacked, measured=properties))
+
+
+def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
+    import json
+
+    from kvcache_bench.methods.properties_table import doctor_table, runs_offline
+    from kvcache_bench.methods.registry import METHODS
+
+    paths = []
+    for name in METHODS:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(measure(name)))
+        paths.append(str(path))
+    rows = [json.loads(open(p).read()) for p in paths]
+    running = [row["method"] for row in rows if runs_offline(row)]
+    assert len(running) >= 35, running
+    table = doctor_table(paths)
+    assert f"{len(running)} of {len(METHODS)} methods run offline here" in table
+    assert "needs data: QFilterPress.q_filters" in table  # a hub press says what to provide
