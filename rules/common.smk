@@ -15,6 +15,7 @@ export_package_path(workflow.basedir)
 
 import yaml
 
+from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.methods.registry import retentions_for
@@ -42,6 +43,8 @@ SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["sourc
 RULER_HAYSTACK_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler_haystack"]
 BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
 PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_package")]
+# Llama 3.1's tokenizer, made by materialise_llama3_tokenizer: a config names this directory as a tokenizer.
+LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 
 # The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
 # refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.

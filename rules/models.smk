@@ -1,5 +1,6 @@
 # Stage 0: models a study makes itself rather than downloads: the demo's random Llama (built from a
-# committed config and seed) and models shipped inside installed Python packages (materialised once).
+# committed config and seed), models shipped inside installed Python packages (materialised once), and
+# Llama 3.1's tokenizer from Meta's llama-models package (name its directory where a tokenizer is asked for).
 
 
 rule build_demo_model:
@@ -38,3 +39,18 @@ rule materialise_packaged_model:
         sha256=packaged_model_setting("sha256"),
     script:
         "../scripts/materialise_packaged_model.py"
+
+
+rule materialise_llama3_tokenizer:
+    output:
+        tokenizer_dir=directory(LLAMA3_TOKENIZER_DIR),
+    log:
+        "logs/materialise_llama3_tokenizer.log",
+    conda:
+        "../envs/generate.yaml"
+    params:
+        code=package_code("materialise_llama3_tokenizer.py"),
+        version=llama3_tokenizer_source.LLAMA_MODELS_VERSION,
+        sha256=llama3_tokenizer_source.TOKENIZER_MODEL_SHA256,
+    script:
+        "../scripts/materialise_llama3_tokenizer.py"
