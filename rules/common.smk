@@ -41,7 +41,8 @@ def _alternatives(names):
 HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in ("hub", "local")]
 SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
 RULER_HAYSTACK_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler_haystack"]
-BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
+BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("model_config")]
+SHAPED_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("shape")]
 PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_package")]
 # Llama 3.1's tokenizer, made by materialise_llama3_tokenizer: a config names this directory as a tokenizer.
 LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
@@ -153,6 +154,15 @@ def built_model_setting(key):
         return config["models"][wildcards.model]["build"][key]
 
     return lookup
+
+
+def shaped_model_seed(wildcards):
+    """The build's own seed, else the study's: the weights of a random-init shape depend on nothing else."""
+    return config["models"][wildcards.model]["build"].get("seed", SEED)
+
+
+def model_dtype(wildcards):
+    return config["models"][wildcards.model]["dtype"]
 
 
 def packaged_model_setting(key):

@@ -1,5 +1,5 @@
 # Stage 0: models a study makes itself rather than downloads: the demo's random Llama (built from a
-# committed config and seed), models shipped inside installed Python packages (materialised once), and
+# committed config and seed), random-init models of a named shape (cost runs, Llama 3.1's tokenizer), models shipped inside installed Python packages (materialised once), and
 # Llama 3.1's tokenizer from Meta's llama-models package (name its directory where a tokenizer is asked for).
 
 
@@ -20,6 +20,29 @@ rule build_demo_model:
         seed=SEED,
     script:
         "../scripts/build_demo_model.py"
+
+
+rule build_shaped_model:
+    input:
+        tokenizer=LLAMA3_TOKENIZER_DIR,
+    output:
+        model_dir=directory("results/models/{model}"),
+    log:
+        "logs/build_shaped_model/{model}.log",
+    wildcard_constraints:
+        model=_alternatives(SHAPED_MODELS),
+    conda:
+        "../envs/generate.yaml"
+    resources:
+        gpu=1,
+    params:
+        code=package_code("build_shaped_model.py"),
+        shape=built_model_setting("shape"),
+        seed=shaped_model_seed,
+        dtype=model_dtype,
+        device=GENERATION["device"],
+    script:
+        "../scripts/build_shaped_model.py"
 
 
 rule materialise_packaged_model:
