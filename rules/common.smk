@@ -85,7 +85,8 @@ def figure_files():
 
 def final_outputs():
     """With no accepted cell there is nothing to tabulate: only the refused checks, which fail naming why."""
-    return refused_checks() + (table_files() + figure_files() if STUDY_CELLS else [])
+    made = table_files() + figure_files() + engine_comparison_outputs() if STUDY_CELLS else []
+    return refused_checks() + made
 
 
 def announce_before_any_job():
@@ -126,12 +127,18 @@ def model_settings(wildcards):
     )
 
 
+def model_engine(wildcards):
+    return config["models"][wildcards.model]["engine"]
+
+
+MADE_MODEL_PATHS = {m["path"] for m in config["models"].values() if m.get("build") or m.get("from_package")}
+
+
 def built_model_inputs(wildcards):
-    """The model directory when this workflow makes the model (built or from a package); nothing for hub weights."""
-    model = config["models"][wildcards.model]
-    if model.get("build") or model.get("from_package"):
-        return {"model_dir": model["path"]}
-    return {}
+    """The model directory when this workflow makes it (built or from a package, maybe under another model's
+    name: a second engine on the same weights); nothing for hub weights."""
+    path = config["models"][wildcards.model]["path"]
+    return {"model_dir": path} if path in MADE_MODEL_PATHS else {}
 
 
 def max_new_tokens(wildcards):

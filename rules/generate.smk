@@ -22,6 +22,7 @@ rule generate:
         code=package_code("generate.py"),
         task="{task}",
         model=model_settings,
+        engine=model_engine,
         method="{method}",
         retention=wildcard_float("retention"),
         batch_size=wildcard_int("batch_size"),
