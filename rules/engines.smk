@@ -21,6 +21,7 @@ if ENGINE_COMPARISON:
             "../scripts/measure_hardware_rates.py"
 
     rule engine_comparison:
+        localrule: True
         input:
             predictions=engine_comparison_predictions(),
             rates=rules.measure_hardware_rates.output.rates,

