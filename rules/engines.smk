@@ -21,7 +21,6 @@ if ENGINE_COMPARISON:
             "../scripts/measure_hardware_rates.py"
 
     rule engine_comparison:
-        localrule: True
         input:
             predictions=engine_comparison_predictions(),
             rates=rules.measure_hardware_rates.output.rates,
@@ -31,6 +30,7 @@ if ENGINE_COMPARISON:
             md="results/tables/engine_comparison.md",
         log:
             "logs/engine_comparison.log",
+        localrule: True
         conda:
             "../envs/analysis.yaml"
         params:
