@@ -20,14 +20,22 @@ def test_the_reference_config_plans_the_model_both_engines_the_rates_and_the_tab
     jobs = planned_jobs(result.stdout)
     # one random-init 8B build shared by both engines; kvpress's pipeline at decode 1, this engine at 1 and 32
     assert (jobs["build_shaped_model"], jobs["generate"], jobs["measure_hardware_rates"], jobs["engine_comparison"]) == (1, 3, 1, 1)
-    assert "llama-3.1-8b-random-kvpress-pipeline/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl" in result.stdout
-    assert "llama-3.1-8b-random-kvpress-pipeline/snapkv/question_aware/retention-0.50_batch-1_decode-32" not in result.stdout
+    assert "llama-3.1-8b-shape-random-kvpress-pipeline/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl" in result.stdout
+    assert "llama-3.1-8b-shape-random-kvpress-pipeline/snapkv/question_aware/retention-0.50_batch-1_decode-32" not in result.stdout
+
+
+def test_the_reference_perf_pass_times_this_engine_on_the_8b_shape_at_4k_and_16k(workflow_copy):
+    result = run_snakemake(workflow_copy, "-n", "perf_all", "--configfile", "config/reference-h200.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    # 2 contexts x (full cache + 3 presses x 2 retentions), on the one model this engine runs (what tools/gpu/perf_h200.py measured)
+    assert planned_jobs(result.stdout)["perf"] == 14
+    assert "/synthetic_qa/llama-3.1-8b-shape-random/knorm/context-16384/" in result.stdout and "kvpress-pipeline/knorm" not in result.stdout
 
 
 def tiny_reference_config(workdir):
     """The reference study at toy size on a CPU: the same cells, engines and rules, a tiny Llama-3.1 shape."""
     config = yaml.safe_load((workdir / "config/reference-h200.yaml").read_text())
-    ours, theirs = config["models"]["llama-3.1-8b-random"], config["models"]["llama-3.1-8b-random-kvpress-pipeline"]
+    ours, theirs = config["models"]["llama-3.1-8b-shape-random"], config["models"]["llama-3.1-8b-shape-random-kvpress-pipeline"]
     for model in (ours, theirs):
         model.update(dtype="float32", max_context_tokens=2048, path="results/models/tiny-random")
     ours["build"] = {"shape": "llama-3.1-tiny", "seed": 0}
@@ -38,6 +46,7 @@ def tiny_reference_config(workdir):
     config["decode_batch_sizes"] = [1, 3]
     config["generation"] = {"max_new_tokens": {"synthetic_qa": 8}, "device": "cpu", "threads": 1}
     config["perf"]["engine_comparison"]["rates"] = {"copy_bytes": 1 << 20, "matmul_size": 64, "repeats": 3}
+    config["perf"]["context_lengths"] = [256]
     path = workdir / "config" / "tiny-reference.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

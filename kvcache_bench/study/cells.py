@@ -165,6 +165,7 @@ def requested_perf_cells(config: dict) -> list[dict]:
     return [
         {**cell_of(dataset, task, model, method, "question_aware", retention, batch_size, 1), "context": str(context)}
         for model in config["models"]
+        if config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE  # the perf pass times this engine's steps
         for method in perf.get("methods") or config["methods"]
         for retention in retentions_for(method, perf.get("retentions") or config["retentions"])
         for batch_size in perf["batch_sizes"]
