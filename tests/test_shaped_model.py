@@ -34,6 +34,11 @@ def test_the_8b_shape_has_llama_3_1_8b_s_parameter_count_and_vocabulary(llama3_t
     model = build_random_model(settings, torch.bfloat16, torch.device("meta"), seed=0)
     assert sum(p.numel() for p in model.parameters()) == 8_030_261_248  # meta-llama/Llama-3.1-8B's count
     assert model.config.vocab_size == len(llama3_tokenizer) == 128_256
+    # meta-llama/Llama-3.1-8B's config.json, the shape the reference records claim
+    assert (settings["hidden_size"], settings["num_hidden_layers"], settings["num_attention_heads"], settings["num_key_value_heads"],
+            settings["intermediate_size"]) == (4096, 32, 32, 8, 14336)
+    assert settings["rope_parameters"] == {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
 
 
 def test_a_built_model_stops_and_counts_tokens_as_llama_3_1(tiny_model_dir):
