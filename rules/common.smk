@@ -20,6 +20,7 @@ from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.methods.registry import retentions_for
 from kvcache_bench.study.config_checks import check_study_config, lock_holder_warning, remote_code_warning
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
+from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
@@ -122,12 +123,20 @@ def model_settings(wildcards):
     )
 
 
-def built_model_inputs(wildcards):
-    """The model directory when this workflow makes the model (built or from a package); nothing for hub weights."""
+def model_inputs(wildcards):
+    """The model directory when this workflow makes the model (built or from a package), every file of a local
+    model folder (an edit in place reruns the jobs that load it), nothing for hub weights."""
     model = config["models"][wildcards.model]
     if model.get("build") or model.get("from_package"):
         return {"model_dir": model["path"]}
-    return {}
+    files = local_model_files(model)
+    return {"model_files": files} if files else {}
+
+
+def dataset_source_inputs(wildcards):
+    """The local copy's files the data job reads for this task: an edit in place reruns it and its cells."""
+    files = local_dataset_files(config["datasets"][wildcards.dataset], wildcards.task)
+    return {"source_files": files} if files else {}
 
 
 def max_new_tokens(wildcards):

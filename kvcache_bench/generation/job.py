@@ -16,6 +16,7 @@ from kvcache_bench.generation.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.study.config_checks import remote_code_warning
+from kvcache_bench.study.sources import hub_revision
 from kvcache_bench.workflow import logging_to, params_of
 
 
@@ -41,4 +42,7 @@ def run_generate_job(job) -> None:
             method_kwargs=p.method_kwargs,
         )
         count = write_jsonl_atomic(job.output.predictions, records)
-        write_manifest(job.output.predictions, params_of(job), p.seed, extra={"records": count, "data_sha256": data["content"]["sha256"]})
+        write_manifest(job.output.predictions, params_of(job), p.seed, extra={
+            "records": count, "data_sha256": data["content"]["sha256"],
+            "model_hub_revision": hub_revision(p.model["path"]),  # None for a local folder: its files are inputs
+        })

@@ -80,8 +80,35 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
     return problems
 
 
+def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> list[str]:
+    """A local copy must be there, with a file for every task: its files are the data jobs' inputs."""
+    from kvcache_bench.data.longbench import DatasetUnavailableError, local_source_files
+
+    problems = []
+    for name, dataset in datasets.items():
+        local_path = dataset.get("local_path")
+        if dataset["source"] == "local" and not local_path:
+            problems.append(f"datasets.{name} has source: local but no local_path (a .parquet/.jsonl file or a directory)")
+        if not local_path:
+            continue
+        where = Path(workdir, local_path)
+        if not where.exists():
+            problems.append(f"datasets.{name}.local_path {local_path!r} does not exist ({where})")
+            continue
+        for task in dataset["tasks"]:
+            try:
+                local_source_files(task, str(where), dataset.get("data_dir"))
+            except DatasetUnavailableError as error:
+                problems.append(f"datasets.{name}.local_path: {error}")
+    return problems
+
+
 def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
-    return method_kwargs_problems(config) + model_path_problems(config["models"], workdir)
+    return (
+        method_kwargs_problems(config)
+        + model_path_problems(config["models"], workdir)
+        + dataset_path_problems(config["datasets"], workdir)
+    )
 
 
 def check_study_config(config: dict, workdir: str | os.PathLike = ".") -> None:
