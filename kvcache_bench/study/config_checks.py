@@ -54,6 +54,16 @@ def _looks_local(path: str, workdir: Path) -> bool:
     return "/" in path and (workdir / first).is_dir()
 
 
+def json_file_problem(path: Path) -> str | None:
+    try:
+        json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return f"{path} is not UTF-8 text (byte {error.start})"
+    except json.JSONDecodeError as error:
+        return f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
+    return None
+
+
 def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[str]:
     """Tell a local model folder from a hub id, and say plainly when the folder is not there."""
     workdir = Path(workdir)
@@ -70,6 +80,8 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
                 problems.append(f"{where} is a file; a model path is a directory holding config.json and the weights")
             elif not (local / "config.json").is_file():
                 problems.append(f"{where} is a directory without config.json, so not a Hugging Face model folder")
+            elif problem := json_file_problem(local / "config.json"):
+                problems.append(f"{where}: {problem}")
         elif _looks_local(path, workdir):
             problems.append(
                 f"{where} is a local directory that does not exist ({local}). Fix the path, or give a hub id "
