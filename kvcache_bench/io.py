@@ -66,8 +66,12 @@ class JsonlError(ValueError):
 
 def numbered_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
     """(1-based line number, parsed value) of each non-blank line; a broken line is named by file and line."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:  # bytes: a line that is not UTF-8 is named like a broken one
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise JsonlError(f"{path}, line {number}: not UTF-8 text (byte {error.start + 1} of the line)") from None
             if not line.strip():
                 continue
             try:

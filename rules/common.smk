@@ -18,13 +18,19 @@ import yaml
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.methods.registry import retentions_for
-from kvcache_bench.study.config_checks import check_study_config, lock_holder_warning, remote_code_warning
+from kvcache_bench.study.config_checks import (
+    check_study_config,
+    expand_home_in_paths,
+    lock_holder_warning,
+    remote_code_warning,
+)
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
 from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
     study.apply_schema_defaults(config, yaml.safe_load(handle))
+expand_home_in_paths(config)
 
 # Inputs that would silently change the measurement are refused here, before any job (dry runs too).
 check_study_config(config, os.getcwd())

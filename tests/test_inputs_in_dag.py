@@ -10,8 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import copy_workflow
-from test_bad_inputs import GOOD_ROW, run_with, small_config
+import yaml
+from conftest import copy_workflow, run_snakemake
+from test_bad_inputs import GOOD_ROW, run_with, set_model, small_config
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +115,109 @@ def test_a_checkpoint_that_does_not_load_whole_fails_naming_tensors_or_file(tmp_
         assert message in str(raised.value)
     for message in absent:
         assert message not in str(raised.value)
+
+
+# ------------------------------------------------------------------------------------------ 4, 6. refused at parse
+
+
+def build_into_another_folder(config):
+    config["models"]["canary"]["build"] = {"model_config": "resources/demo/model_config.json", "tokenizer": "resources/demo/tokenizer"}
+
+
+def long_model_name(config):
+    config["models"] = {"m" * 264: config["models"]["canary"]}
+
+
+def broken_model_folder(workdir: Path):
+    (workdir / "broken").mkdir(exist_ok=True)
+    (workdir / "broken/config.json").write_text('{"model_type": "llama",\n  "hidden_size": }\n')
+
+
+# (case, config changes, files made first, must succeed, what the user must read)
+PARSE_TIME_CASES = [
+    ("per-task map naming no task", {"generation": {"max_new_tokens": {"synthetic-qa": 2}, "device": "cpu"}}, None, False,
+     ["generation.max_new_tokens names task 'synthetic-qa', which this study does not have (it has: synthetic_qa). Did you mean 'synthetic_qa'?"]),
+    ("per-task map naming a task of the study", {"generation": {"max_new_tokens": {"synthetic_qa": 2}, "device": "cpu"}}, None, True, []),
+    ("build: with a path that is another model", {"models": build_into_another_folder}, None, False,
+     ["models.canary has build:, which makes the model at results/models/canary, but its path is 'resources/canary' "
+      "(an existing folder, which would be loaded instead)"]),
+    ("generation.device that is no device", {"generation": {"device": "gpu"}}, None, False,
+     ["generation.device 'gpu' is not a device torch knows"]),
+    ("config.json that is not JSON", {"models": set_model("path", "broken")}, broken_model_folder, False,
+     ["models.canary.path 'broken': ", "broken/config.json is not valid JSON (line 2, column 18"]),
+    ("a model name too long for a file name", {"models": long_model_name}, None, False, ["is too long"]),
+    ("a path starting with ~", {"models": set_model("path", "~/kvbench-no-such-model/canary")}, None, False,
+     [f"models.canary.path '{Path.home()}/kvbench-no-such-model/canary' is a local directory that does not exist"]),
+    ("press kwarg of the wrong type", {"method_kwargs": {"snapkv": {"window_size": "8"}}}, None, False,
+     ["method_kwargs.snapkv.window_size is '8': it must be a whole number of tokens (an integer), not str"]),
+    ("negative press kwarg", {"method_kwargs": {"snapkv": {"window_size": -4}}}, None, False,
+     ["method_kwargs.snapkv.window_size is -4: it must be at least 1"]),
+    ("local dataset that is not there", {"datasets": {"mine": {"source": "local", "local_path": "data/nothere", "tasks": ["qasper"]}}},
+     None, False, ["datasets.mine.local_path 'data/nothere' does not exist"]),
+]
+
+
+@pytest.mark.parametrize("case, changes, prepare, succeeds, messages", PARSE_TIME_CASES, ids=[c[0] for c in PARSE_TIME_CASES])
+def test_a_config_that_would_run_other_than_asked_is_refused_at_parse(workdir, case, changes, prepare, succeeds, messages):
+    if prepare:
+        prepare(workdir)
+    result, output = run_with(workdir, small_config(workdir, **changes), "-n")
+    assert (result.returncode == 0) == succeeds, output[-3000:]
+    for message in messages:
+        assert message in output, output[-3000:]
+    assert "Traceback" not in output or succeeds
+
+
+def test_a_key_written_twice_is_refused_naming_key_and_lines(workdir):
+    text = yaml.safe_dump(small_config(workdir, methods=["full_cache", "snapkv"]), sort_keys=False)
+    text += "methods: [full_cache]\n"  # the second `methods:` would silently drop snapkv
+    (workdir / "config/twice.yaml").write_text(text)
+    result = run_snakemake(workdir, "-n", "--configfile", "config/twice.yaml")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    first = next(n for n, line in enumerate(text.splitlines(), start=1) if line.startswith("methods:"))
+    last = len(text.splitlines())
+    assert f"config/twice.yaml, line {last}: key 'methods' is written twice in the same mapping (first at line {first})" in output
+
+
+def test_config_on_the_command_line_alone_keeps_config_yaml(workdir):
+    """`--config seed=7` used to replace the whole of config.yaml by {seed: 7} (a schema error); it is applied on top."""
+    result = run_snakemake(workdir, "-n", "--config", "seed=7")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "--config seed applied on top of config.yaml (the rest of config.yaml kept)" in output
+    assert "rule generate:" in output  # the real study's cells, from config.yaml
+
+
+def test_a_window_longer_than_the_shortest_prompt_is_refused_with_both_numbers():
+    from kvcache_bench.study.press_values import prompt_length_problem
+
+    problem = prompt_length_problem("snapkv", {"window_size": 1000}, [512, 333, 700])
+    assert problem.startswith("method_kwargs.snapkv.window_size is 1000, but the shortest prompt the press compresses has 333 tokens")
+    assert "Lower window_size below 333" in problem
+    assert prompt_length_problem("snapkv", {"window_size": 8}, [512, 333]) is None
+    assert "n_sink is 400" in prompt_length_problem("streaming_llm", {"n_sink": 400}, [333])
+
+
+def test_a_data_file_that_is_not_utf8_names_file_and_line(tmp_path):
+    from kvcache_bench.data.longbench import DataRowError, load_longbench_rows
+
+    path = tmp_path / "qasper.jsonl"
+    path.write_bytes((json.dumps(GOOD_ROW) + "\n").encode() + b'{"input": "caf\xe9"}\n')
+    with pytest.raises(DataRowError, match=rf"{path}, line 2: not UTF-8 text \(byte 15 of the line\)"):
+        load_longbench_rows("qasper", local_path=str(path))
+
+
+def test_home_is_expanded_in_every_path_of_the_config():
+    from kvcache_bench.study.config_checks import expand_home_in_paths
+
+    config = {
+        "models": {"m": {"path": "~/m", "build": {"model_config": "~/c.json", "tokenizer": "tok"}}},
+        "datasets": {"d": {"local_path": "~/d", "ruler_haystack": {"tokenizer": "~/t"}}},
+        "perf": {"estimate": {"records": ["~/r.jsonl"]}},
+    }
+    expand_home_in_paths(config)
+    home = str(Path.home())
+    assert config["models"]["m"]["path"] == f"{home}/m" and config["models"]["m"]["build"] == {"model_config": f"{home}/c.json", "tokenizer": "tok"}
+    assert config["datasets"]["d"] == {"local_path": f"{home}/d", "ruler_haystack": {"tokenizer": f"{home}/t"}}
+    assert config["perf"]["estimate"]["records"] == [f"{home}/r.jsonl"]
