@@ -221,3 +221,49 @@ def test_home_is_expanded_in_every_path_of_the_config():
     assert config["models"]["m"]["path"] == f"{home}/m" and config["models"]["m"]["build"] == {"model_config": f"{home}/c.json", "tokenizer": "tok"}
     assert config["datasets"]["d"] == {"local_path": f"{home}/d", "ruler_haystack": {"tokenizer": f"{home}/t"}}
     assert config["perf"]["estimate"]["records"] == [f"{home}/r.jsonl"]
+
+
+# ------------------------------------------------------------------------------------------ 5. asked vs measured
+
+
+def _scores(path: Path, kept: int, pressed: int, prompt_tokens: int, original: int, n: int = 4) -> str:
+    rows = [
+        {"id": f"r{i}", "metric": "qa_f1", "score": 1.0, "prediction": "x", "references": ["x"],
+         "effective_retention": kept / pressed, "truncated": prompt_tokens < original,
+         "prompt_tokens": prompt_tokens, "original_prompt_tokens": original}
+        for i in range(n)
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _cell(method: str, retention: float) -> dict:
+    return {"dataset": "d", "task": "qasper", "model": "m", "method": method, "question_mode": "question_aware",
+            "retention": retention, "batch_size": 1, "decode_batch_size": 1}
+
+
+# (case, asked retention, kept of 333 pressed, prompt tokens of 334, flag the user reads or None)
+MEASURED_CASES = [
+    ("kept as asked", 0.1, 33, 334, None),
+    ("1e-6 keeps one token", 1e-6, 1, 334, "KV kept 0.3003%, asked 0.0001%"),
+    ("prompts cut to 15 tokens", 0.5, 166, 15, "context cut: prompts lost 95.51% of their tokens to truncation (100% of prompts truncated)"),
+]
+
+
+@pytest.mark.parametrize("case, retention, kept, prompt_tokens, flag", MEASURED_CASES, ids=[c[0] for c in MEASURED_CASES])
+def test_a_cell_measured_other_than_asked_is_flagged_in_table_and_markdown(tmp_path, case, retention, kept, prompt_tokens, flag):
+    from kvcache_bench.analysis.aggregate import build_summary, summary_markdown
+    from kvcache_bench.analysis.measured import flagged_caption
+
+    files = [_scores(tmp_path / "full.jsonl", 333, 333, 334, 334), _scores(tmp_path / "cell.jsonl", kept, 333, prompt_tokens, 334)]
+    summary = build_summary(files, [_cell("full_cache", 1.0), _cell("snapkv", retention)], n_resamples=50)
+    row = summary[summary["method"] == "snapkv"].iloc[0]
+    assert row["effective_retention"] == pytest.approx(kept / 333, abs=1e-6)
+    assert row["truncated_share"] == (1.0 if prompt_tokens < 334 else 0.0)
+    markdown = summary_markdown(summary)
+    if flag is None:
+        assert not row["retention_off"] and not row["context_cut"]
+        assert "measured other than they asked" not in markdown and flagged_caption(summary) is None
+    else:
+        assert "cells were measured other than they asked" in markdown and flag in markdown
+        assert flag in flagged_caption(summary)
