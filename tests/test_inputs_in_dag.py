@@ -267,3 +267,41 @@ def test_a_cell_measured_other_than_asked_is_flagged_in_table_and_markdown(tmp_p
     else:
         assert "cells were measured other than they asked" in markdown and flag in markdown
         assert flag in flagged_caption(summary)
+
+
+# ------------------------------------------------------------------------------------------ 7, 3. files on a shared results/
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_outputs_and_manifests_are_as_readable_as_the_umask_says(tmp_path, umask, mode):
+    import os
+
+    from kvcache_bench.io import write_jsonl_atomic, write_text_atomic
+    from kvcache_bench.manifest import write_manifest
+
+    previous = os.umask(umask)
+    try:
+        write_jsonl_atomic(tmp_path / "predictions.jsonl", [{"id": 1}])
+        manifest = write_manifest(tmp_path / "predictions.jsonl", {"task": "qasper"})
+        write_text_atomic(tmp_path / "summary.md", "# Summary\n")
+    finally:
+        os.umask(previous)
+    for path in (tmp_path / "predictions.jsonl", manifest, tmp_path / "summary.md"):
+        assert path.stat().st_mode & 0o777 == mode, f"{path.name}: {oct(path.stat().st_mode & 0o777)}"
+
+
+def test_a_concurrent_writers_temporary_is_kept_a_dead_writers_removed(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from kvcache_bench.io import _WRITER, write_jsonl_atomic
+
+    host = _WRITER.rsplit("-", 1)[0]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    live = tmp_path / f".predictions.jsonl.{host}-{os.getppid()}.a1b2c3.partial"  # another run, still writing
+    killed = tmp_path / f".predictions.jsonl.{host}-{dead}.d4e5f6.partial"
+    for path in (live, killed):
+        path.write_text('{"id": 1}\n')
+    write_jsonl_atomic(tmp_path / "predictions.jsonl", [{"id": 1}])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "predictions.jsonl"])
