@@ -143,6 +143,7 @@ def build_manifest(outputs: list[str], params: dict, seed: int | None, extra: di
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "config_hash": config_hash(params),
+        "workdir": os.getcwd(),  # which run made it: another directory's run may share results/ (study.shared_results)
         "params": scrub_secrets(params),
         "seed": seed,
         "packages": package_versions(),

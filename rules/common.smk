@@ -4,6 +4,7 @@ import functools
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 sys.path.insert(0, workflow.basedir)
 
@@ -19,12 +20,14 @@ from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.methods.registry import retentions_for
 from kvcache_bench.study.config_checks import (
+    StudyConfigError,
     check_study_config,
     expand_home_in_paths,
     lock_holder_warning,
     remote_code_warning,
 )
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
+from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems
 from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
@@ -203,7 +206,42 @@ def wildcard_int(name):
     return convert
 
 
+def expected_generation_settings(cell):
+    """What the generate rule's params say for this cell (its code hash aside): a manifest must agree."""
+    wildcards = SimpleNamespace(**cell)
+    return dict(
+        task=cell["task"],
+        model=model_settings(wildcards),
+        method=cell["method"],
+        retention=float(cell["retention"]),
+        batch_size=int(cell["batch_size"]),
+        decode_batch_size=int(cell["decode_batch_size"]),
+        question_mode=cell["question_mode"],
+        max_new_tokens=max_new_tokens(wildcards),
+        method_kwargs=method_kwargs(wildcards),
+        seed=SEED,
+    )
+
+
+def refuse_another_studys_outputs():
+    """Files another directory's run wrote into results/ under other settings, and a run of another directory
+    writing results/ now, are refused before any job (study.shared_results)."""
+    if not workflow.is_main_process:
+        return
+    expected = {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
+    expected["results/tables/summary.csv"] = dict(
+        cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
+    )
+    problems = foreign_output_problems(expected)
+    runs_jobs = workflow.executor_plugin is not None and not workflow.dryrun  # not a dry run, --lint or --list
+    if not problems and runs_jobs and (held := claim_results_dir()):
+        problems = [held]
+    if problems:
+        raise StudyConfigError("results/ holds another study's files:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
 announce_before_any_job()
+refuse_another_studys_outputs()
 
 
 # ----------------------------------------------------------------------------- probes (rules/probes.smk)

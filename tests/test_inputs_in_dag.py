@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import copy_workflow, run_snakemake
-from test_bad_inputs import GOOD_ROW, run_with, set_model, small_config
+from test_bad_inputs import CELL, GOOD_ROW, run_with, set_model, small_config
 
 
 @pytest.fixture(scope="module")
@@ -305,3 +305,57 @@ def test_a_concurrent_writers_temporary_is_kept_a_dead_writers_removed(tmp_path)
         path.write_text('{"id": 1}\n')
     write_jsonl_atomic(tmp_path / "predictions.jsonl", [{"id": 1}])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, "predictions.jsonl"])
+
+
+def _manifest_from(path: Path, workdir: str, **params) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"id": "r0"}\n')
+    Path(f"{path}.manifest.json").write_text(json.dumps({"workdir": workdir, "params": params}))
+
+
+def test_another_directorys_file_made_under_other_settings_is_refused_naming_keys(tmp_path, monkeypatch):
+    from kvcache_bench.study.shared_results import foreign_output_problems
+
+    monkeypatch.chdir(tmp_path)
+    expected = {"max_new_tokens": 8, "model": {"path": "resources/canary", "max_context_tokens": 4096}, "seed": 1}
+    _manifest_from(tmp_path / "results/p/a.jsonl", "/elsewhere/clone-b", max_new_tokens=2,
+                   model={"path": "resources/canary", "max_context_tokens": 16}, seed=1)
+    _manifest_from(tmp_path / "results/p/b.jsonl", str(tmp_path), max_new_tokens=2, seed=1)  # made here: Snakemake reruns it
+    [problem] = foreign_output_problems({"results/p/a.jsonl": expected, "results/p/b.jsonl": expected}, tmp_path)
+    assert problem.startswith("results/p/a.jsonl was made by the run in /elsewhere/clone-b under other settings (")
+    assert "max_new_tokens: 2 there, 8 here; model.max_context_tokens: 16 there, 4096 here" in problem
+    assert "rm results/p/a.jsonl results/p/a.jsonl.manifest.json" in problem
+
+
+def test_another_studys_predictions_in_results_stop_the_dry_run(workdir):
+    config = small_config(workdir)
+    cell = f"results/predictions/{CELL}/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl"
+    _manifest_from(workdir / cell, "/elsewhere/clone-b", max_new_tokens=2)
+    try:
+        result, output = run_with(workdir, config, "-n")
+    finally:
+        import shutil
+
+        shutil.rmtree(workdir / "results")
+    assert result.returncode != 0
+    assert f"{cell} was made by the run in /elsewhere/clone-b under other settings (" in output
+    assert "max_new_tokens: 2 there, 8 here" in output
+
+
+def test_a_second_run_of_another_directory_on_the_same_results_is_refused(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from kvcache_bench.study.shared_results import RUN_CLAIM, claim_results_dir
+
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / RUN_CLAIM).write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": os.getppid(), "workdir": "/elsewhere/clone-b"}))
+    problem = claim_results_dir(results, tmp_path)
+    assert problem.startswith(f"{results}/ is being written by another run (pid {os.getppid()}")
+    assert "from /elsewhere/clone-b" in problem and f"remove {results / RUN_CLAIM}" in problem
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    (results / RUN_CLAIM).write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": int(dead), "workdir": "/elsewhere/clone-b"}))
+    assert claim_results_dir(results, tmp_path) is None  # the killed run's claim is taken over
+    assert json.loads((results / RUN_CLAIM).read_text())["pid"] == os.getpid()
