@@ -359,3 +359,61 @@ def test_a_second_run_of_another_directory_on_the_same_results_is_refused(tmp_pa
     (results / RUN_CLAIM).write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": int(dead), "workdir": "/elsewhere/clone-b"}))
     assert claim_results_dir(results, tmp_path) is None  # the killed run's claim is taken over
     assert json.loads((results / RUN_CLAIM).read_text())["pid"] == os.getpid()
+
+
+# ------------------------------------------------------------------------------------------ one real run
+
+
+@pytest.mark.slow
+def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
+    """The canary (2 cells, 3 examples) from a local model folder on a local data file: editing the data file
+    reruns its data job and both cells; replacing model.safetensors reruns both cells but not the data job.
+    The outputs are readable by the group and others under umask 022, and the table says what was measured."""
+    import os
+    import shutil
+
+    import pandas as pd
+    from conftest import planned_jobs
+
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+
+    workdir = copy_workflow(tmp_path / "workflow")
+    shutil.copytree(workdir / "resources/canary", workdir / "models/mycanary")
+    data = workdir / "data/mine/synthetic_qa.jsonl"
+    data.parent.mkdir(parents=True)
+    rows = make_synthetic_rows(seed=0, n_documents=1, min_words=256, max_words=320, facts_per_document=6, questions_per_document=3)
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = small_config(
+        workdir, datasets={"mine": {"source": "local", "local_path": "data/mine", "tasks": ["synthetic_qa"], "num_examples": 3}},
+        models=set_model("path", "models/mycanary"),
+    )
+    previous = os.umask(0o022)
+    try:
+        result, output = run_with(workdir, config, "--cores", "2", name="local.yaml")
+    finally:
+        os.umask(previous)
+    assert result.returncode == 0, output[-4000:]
+    for output_file in ("results/tables/summary.csv", "results/tables/summary.md.manifest.json", "results/figures/quality_vs_retention.png"):
+        assert (workdir / output_file).stat().st_mode & 0o777 == 0o644, output_file
+    summary = pd.read_csv(workdir / "results/tables/summary.csv")
+    snapkv = summary[summary["method"] == "snapkv"].iloc[0]
+    assert abs(snapkv["effective_retention"] - 0.5) < 0.02 and not snapkv["retention_off"] and snapkv["truncated_share"] == 0
+
+    def planned_after(change) -> dict:
+        before = {path: (path.read_bytes(), path.stat()) for path in (data, workdir / "models/mycanary/model.safetensors")}
+        change()
+        result, output = run_with(workdir, config, "-n", name="local.yaml")
+        for path, (content, stat) in before.items():  # put it back as it was, mtime included
+            path.write_bytes(content)
+            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        assert result.returncode == 0, output[-3000:]
+        return planned_jobs(output)
+
+    assert planned_after(lambda: None) == {}  # nothing to do before an edit
+    edited = rows[0] | {"answers": ["an answer edited in place"]}
+    edit_data = lambda: data.write_text("".join(json.dumps(row) + "\n" for row in [edited, *rows[1:]]))  # noqa: E731
+    after_data_edit = planned_after(edit_data)
+    assert after_data_edit["download_dataset"] == 1 and after_data_edit["generate"] == 2 and after_data_edit["score"] == 2
+    weights = workdir / "models/mycanary/model.safetensors"
+    after_model_edit = planned_after(lambda: weights.write_bytes(weights.read_bytes()))  # replaced by a copy
+    assert "download_dataset" not in after_model_edit and after_model_edit["generate"] == 2 and after_model_edit["aggregate"] == 1
