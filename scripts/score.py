@@ -6,12 +6,13 @@ from types import SimpleNamespace
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.analysis.metrics import score_records
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
-from kvcache_bench.manifest import verify_against_manifest, write_manifest
-from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
+from kvcache_bench.manifest import require_made_with, verify_against_manifest, write_manifest
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of, wildcards_of
 
 job = current_job(globals())
 with logging_to(job):
     predictions = verify_against_manifest(job.input.predictions)
+    require_made_with(job.input.predictions, predictions, wildcards_of(job))  # the cell this score is for
     settings = settings_of(job)
     scores = score_records(settings.task, read_jsonl(job.input.predictions))
     for warning in cell_warnings(SimpleNamespace(retention=settings.retention, **measure_cell(scores, settings.retention))):

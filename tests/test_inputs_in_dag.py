@@ -417,3 +417,18 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
     weights = workdir / "models/mycanary/model.safetensors"
     after_model_edit = planned_after(lambda: weights.write_bytes(weights.read_bytes()))  # replaced by a copy
     assert "download_dataset" not in after_model_edit and after_model_edit["generate"] == 2 and after_model_edit["aggregate"] == 1
+
+
+def test_a_score_file_of_another_cell_is_refused_by_the_job_reading_it(tmp_path):
+    from kvcache_bench.io import write_jsonl_atomic
+    from kvcache_bench.manifest import ManifestMismatchError, require_made_with, verify_against_manifest, write_manifest
+
+    scores = tmp_path / "scores.jsonl"
+    write_jsonl_atomic(scores, [{"id": "r0", "score": 1.0}])
+    write_manifest(scores, {"method": "snapkv", "retention": 0.25, "task": "qasper", "code": "abc"})
+    manifest = verify_against_manifest(scores)
+    require_made_with(scores, manifest, {"method": "snapkv", "retention": 0.25, "task": "qasper"})  # its own cell
+    with pytest.raises(ManifestMismatchError) as refused:
+        require_made_with(scores, manifest, {"method": "snapkv", "retention": 0.5, "task": "qasper"})
+    assert f"{scores} was made under other settings than this job reads it for (retention: 0.25 there, 0.5 here)" in str(refused.value)
+    assert f"rm {scores} {scores}.manifest.json" in str(refused.value)

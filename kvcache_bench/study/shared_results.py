@@ -16,29 +16,9 @@ import os
 import socket
 from pathlib import Path
 
+from kvcache_bench.manifest import settings_differences
+
 RUN_CLAIM = ".kvcache-bench-run.json"
-
-
-def _flat(value, prefix: str = "") -> dict:
-    if isinstance(value, dict):
-        flat = {}
-        for key, item in value.items():
-            flat.update(_flat(item, f"{prefix}{key}."))
-        return flat
-    return {prefix.rstrip("."): value}
-
-
-def differing_settings(made_with: dict, expected: dict) -> list[str]:
-    """'key: <there> there, <here> here' for every setting of ``expected`` the manifest's params disagree on."""
-    def shown(value) -> str:
-        return f"{len(value)} items" if isinstance(value, list) and len(value) > 3 else json.dumps(value)
-
-    there, here = _flat(made_with), _flat(expected)
-    return [
-        f"{key}: {shown(there.get(key))} there, {shown(value)} here"
-        for key, value in here.items()
-        if json.dumps(there.get(key), sort_keys=True) != json.dumps(value, sort_keys=True)
-    ]
 
 
 def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".") -> list[str]:
@@ -54,7 +34,7 @@ def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | 
         made_in = manifest.get("workdir")
         if not made_in or os.path.realpath(made_in) == here:
             continue  # made here: Snakemake's own records rerun it when this config's settings changed
-        differences = differing_settings(manifest.get("params") or {}, expected)
+        differences = settings_differences(manifest.get("params") or {}, expected)
         if differences:
             problems.append(
                 f"{output} was made by the run in {made_in} under other settings ({'; '.join(differences)}). "
