@@ -366,9 +366,10 @@ def test_a_second_run_of_another_directory_on_the_same_results_is_refused(tmp_pa
 
 @pytest.mark.slow
 def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
-    """The canary (2 cells, 3 examples) from a local model folder on a local data file: editing the data file
-    reruns its data job and both cells; replacing model.safetensors reruns both cells but not the data job.
-    The outputs are readable by the group and others under umask 022, and the table says what was measured."""
+    """The canary (3 cells, 3 examples) from a local model folder on a local data file: editing the data file
+    reruns its data job and every cell; replacing model.safetensors reruns every cell but not the data job.
+    The outputs are readable by the group and others under umask 022, and the table says what was measured:
+    SnapKV asked to keep 0.1% keeps 1 token of ~326, and is flagged in the table and in its jobs' logs."""
     import os
     import shutil
 
@@ -385,7 +386,7 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
     config = small_config(
         workdir, datasets={"mine": {"source": "local", "local_path": "data/mine", "tasks": ["synthetic_qa"], "num_examples": 3}},
-        models=set_model("path", "models/mycanary"),
+        models=set_model("path", "models/mycanary"), retentions=[0.5, 0.001],
     )
     previous = os.umask(0o022)
     try:
@@ -396,8 +397,14 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
     for output_file in ("results/tables/summary.csv", "results/tables/summary.md.manifest.json", "results/figures/quality_vs_retention.png"):
         assert (workdir / output_file).stat().st_mode & 0o777 == 0o644, output_file
     summary = pd.read_csv(workdir / "results/tables/summary.csv")
-    snapkv = summary[summary["method"] == "snapkv"].iloc[0]
-    assert abs(snapkv["effective_retention"] - 0.5) < 0.02 and not snapkv["retention_off"] and snapkv["truncated_share"] == 0
+    snapkv = summary[summary["method"] == "snapkv"].set_index("retention")
+    assert abs(snapkv.loc[0.5, "effective_retention"] - 0.5) < 0.02 and not snapkv.loc[0.5, "retention_off"]
+    assert snapkv.loc[0.001, "retention_off"] and snapkv.loc[0.001, "truncated_share"] == 0
+    kept = f"{round(100 * snapkv.loc[0.001, 'effective_retention'], 4):g}%"
+    assert f"KV kept {kept}, asked 0.1%" in (workdir / "results/tables/summary.md").read_text()
+    cell = "mine/synthetic_qa/canary/snapkv/question_aware/retention-0.001_batch-1_decode-1.log"
+    for log in (f"logs/generate/{cell}", f"logs/score/{cell}", "logs/aggregate.log"):
+        assert "measured other than asked: " in (workdir / log).read_text() and f"KV kept {kept}, asked 0.1%" in (workdir / log).read_text(), log
 
     def planned_after(change) -> dict:
         before = {path: (path.read_bytes(), path.stat()) for path in (data, workdir / "models/mycanary/model.safetensors")}
@@ -413,10 +420,10 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
     edited = rows[0] | {"answers": ["an answer edited in place"]}
     edit_data = lambda: data.write_text("".join(json.dumps(row) + "\n" for row in [edited, *rows[1:]]))  # noqa: E731
     after_data_edit = planned_after(edit_data)
-    assert after_data_edit["download_dataset"] == 1 and after_data_edit["generate"] == 2 and after_data_edit["score"] == 2
+    assert after_data_edit["download_dataset"] == 1 and after_data_edit["generate"] == 3 and after_data_edit["score"] == 3
     weights = workdir / "models/mycanary/model.safetensors"
     after_model_edit = planned_after(lambda: weights.write_bytes(weights.read_bytes()))  # replaced by a copy
-    assert "download_dataset" not in after_model_edit and after_model_edit["generate"] == 2 and after_model_edit["aggregate"] == 1
+    assert "download_dataset" not in after_model_edit and after_model_edit["generate"] == 3 and after_model_edit["aggregate"] == 1
 
 
 def test_a_score_file_of_another_cell_is_refused_by_the_job_reading_it(tmp_path):
