@@ -8,6 +8,8 @@ if ENGINE_COMPARISON:
             rates="results/perf/hardware_rates.json",
         log:
             "logs/measure_hardware_rates.log",
+        benchmark:
+            "benchmarks/measure_hardware_rates.tsv"
         conda:
             "../envs/generate.yaml"
         resources:

@@ -29,6 +29,8 @@ rule build_shaped_model:
         model_dir=directory("results/models/{model}"),
     log:
         "logs/build_shaped_model/{model}.log",
+    benchmark:
+        "benchmarks/build_shaped_model/{model}.tsv"
     wildcard_constraints:
         model=_alternatives(SHAPED_MODELS),
     conda:

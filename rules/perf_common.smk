@@ -89,7 +89,15 @@ def engine_comparison_labels():
 
 
 def engine_comparison_model():
-    return config["models"][engine_comparison_cells()[0]["model"]]
+    """The compared model's settings; the floor reads its config.json, so its path must be a folder."""
+    name = engine_comparison_cells()[0]["model"]
+    model = config["models"][name]
+    if model["path"] not in MADE_MODEL_PATHS and not os.path.isdir(model["path"]):
+        raise ValueError(
+            f"perf.engine_comparison compares models.{name}, whose path {model['path']!r} is not a folder: the floor "
+            "reads the model's config.json (build it here, e.g. build: {shape: llama-3.1-8b}, or download it)"
+        )
+    return model
 
 
 def engine_comparison_outputs():
