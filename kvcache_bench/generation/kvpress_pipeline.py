@@ -88,22 +88,15 @@ def run_cell_on_kvpress_pipeline(
         prediction, cache, seconds = answer(row)
         context, question = pipeline_inputs(task, row, question_mode)
         tokens = pipe.preprocess(context, [question], row.get("answer_prefix") or "", NO_LIMIT)
-        context_tokens = int(tokens["context_ids"].shape[1])
-        pressed = min(context_tokens, model_settings.max_context_tokens)
-        kept = mean_cache_length(cache)  # the pipeline rolls its cache back to the compressed context
+        counts = token_counts(tokens, cache, model_settings.max_context_tokens)
         yield {
             "id": row["_id"],
             "prediction": prediction,
             "references": row["answers"],
             "all_classes": row.get("all_classes"),
-            "prompt_tokens": pressed + int(tokens["questions_ids"][0].shape[1]),
-            "pressed_tokens": pressed,
-            "kept_tokens": kept,
-            "effective_retention": kept / max(1, pressed),
+            **counts,
             "kv_cache_bits": get_method(method).kv_cache_bits,
             "generated_tokens": None,  # the pipeline returns text only
-            "truncated": context_tokens > pressed,
-            "original_prompt_tokens": context_tokens + int(tokens["questions_ids"][0].shape[1]),
             "max_context_tokens": model_settings.max_context_tokens,
             "truncation": "kvpress_pipeline_keeps_the_first_max_context_tokens",
             "seconds": seconds,
@@ -118,3 +111,19 @@ def run_cell_on_kvpress_pipeline(
             "decode_fallback": None,
             "question_mode": question_mode,
         }
+
+
+def token_counts(tokens: dict, cache, max_context_tokens: int) -> dict:
+    """A record's token counts from the pipeline's own tokenisation (uncut) and its cache after the answer."""
+    context_tokens = int(tokens["context_ids"].shape[1])
+    question_tokens = int(tokens["questions_ids"][0].shape[1])
+    pressed = min(context_tokens, max_context_tokens)  # the pipeline cuts the context's tail beyond this
+    kept = mean_cache_length(cache)  # the pipeline rolls its cache back to the compressed context
+    return {
+        "prompt_tokens": pressed + question_tokens,
+        "pressed_tokens": pressed,
+        "kept_tokens": kept,
+        "effective_retention": kept / max(1, pressed),
+        "truncated": context_tokens > pressed,
+        "original_prompt_tokens": context_tokens + question_tokens,
+    }
