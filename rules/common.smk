@@ -4,6 +4,7 @@ import functools
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 sys.path.insert(0, workflow.basedir)
 
@@ -15,16 +16,26 @@ export_package_path(workflow.basedir)
 
 import yaml
 
+from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
 from kvcache_bench.methods.registry import METHODS, retentions_for
-from kvcache_bench.study.config_checks import check_study_config, lock_holder_warning, remote_code_warning
+from kvcache_bench.study.config_checks import (
+    StudyConfigError,
+    check_study_config,
+    expand_home_in_paths,
+    lock_holder_warning,
+    remote_code_warning,
+)
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
+from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems
+from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
     study.apply_schema_defaults(config, yaml.safe_load(handle))
+expand_home_in_paths(config)
 
 # Inputs that would silently change the measurement are refused here, before any job (dry runs too).
 check_study_config(config, os.getcwd())
@@ -41,8 +52,11 @@ def _alternatives(names):
 HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in ("hub", "local")]
 SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
 RULER_HAYSTACK_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler_haystack"]
-BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
+BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("model_config")]
+SHAPED_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("shape")]
 PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_package")]
+# Llama 3.1's tokenizer, made by materialise_llama3_tokenizer: a config names this directory as a tokenizer.
+LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 
 # The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
 # refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.
@@ -83,7 +97,8 @@ def figure_files():
 
 def final_outputs():
     """With no accepted cell there is nothing to tabulate: only the refused checks, which fail naming why."""
-    return refused_checks() + (table_files() + figure_files() if STUDY_CELLS else [])
+    made = table_files() + figure_files() + engine_comparison_outputs() if STUDY_CELLS else []
+    return refused_checks() + made
 
 
 def announce_before_any_job():
@@ -124,12 +139,24 @@ def model_settings(wildcards):
     )
 
 
-def built_model_inputs(wildcards):
-    """The model directory when this workflow makes the model (built or from a package); nothing for hub weights."""
+MADE_MODEL_PATHS = {m["path"] for m in config["models"].values() if m.get("build") or m.get("from_package")}
+
+
+def model_inputs(wildcards):
+    """The model directory when this workflow makes it (built or from a package, maybe under another model's
+    name: a second engine on the same weights), every file of a local model folder (an edit in place reruns
+    the jobs that load it), nothing for hub weights."""
     model = config["models"][wildcards.model]
-    if model.get("build") or model.get("from_package"):
+    if model["path"] in MADE_MODEL_PATHS:
         return {"model_dir": model["path"]}
-    return {}
+    files = local_model_files(model)
+    return {"model_files": files} if files else {}
+
+
+def dataset_source_inputs(wildcards):
+    """The local copy's files the data job reads for this task: an edit in place reruns it and its cells."""
+    files = local_dataset_files(config["datasets"][wildcards.dataset], wildcards.task)
+    return {"source_files": files} if files else {}
 
 
 def max_new_tokens(wildcards):
@@ -164,7 +191,42 @@ def expected_examples_per_cell():
     return [study.expected_examples(config, cell) for cell in STUDY_CELLS]
 
 
+def expected_generation_settings(cell):
+    """What the generate rule's params say for this cell (its code hash aside): a manifest must agree."""
+    wildcards = SimpleNamespace(**cell)
+    return dict(
+        task=cell["task"],
+        model_settings=model_settings(wildcards),
+        method=cell["method"],
+        retention=float(cell["retention"]),
+        batch_size=int(cell["batch_size"]),
+        decode_batch_size=int(cell["decode_batch_size"]),
+        question_mode=cell["question_mode"],
+        max_new_tokens=max_new_tokens(wildcards),
+        method_kwargs=method_kwargs(wildcards),
+        seed=SEED,
+    )
+
+
+def refuse_another_studys_outputs():
+    """Files another directory's run wrote into results/ under other settings, and a run of another directory
+    writing results/ now, are refused before any job (study.shared_results)."""
+    if not workflow.is_main_process:
+        return
+    expected = {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
+    expected["results/tables/summary.csv"] = dict(
+        cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
+    )
+    problems = foreign_output_problems(expected)
+    runs_jobs = workflow.executor_plugin is not None and not workflow.dryrun  # not a dry run, --lint or --list
+    if not problems and runs_jobs and (held := claim_results_dir()):
+        problems = [held]
+    if problems:
+        raise StudyConfigError("results/ holds another study's files:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
 announce_before_any_job()
+refuse_another_studys_outputs()
 
 
 # ----------------------------------------------------------------------------- probes (rules/probes.smk)

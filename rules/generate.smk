@@ -3,7 +3,7 @@
 
 rule generate:
     input:
-        unpack(built_model_inputs),
+        unpack(model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
         ok=rules.check_config.output.ok,
     output:
@@ -21,6 +21,7 @@ rule generate:
     params:
         code=package_code("generate.py"),
         model_settings=model_settings,
+        engine=lookup(dpath="models/{model}/engine", within=config),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         custom_methods=custom_methods_needed,
