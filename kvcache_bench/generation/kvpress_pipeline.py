@@ -52,6 +52,7 @@ def run_cell_on_kvpress_pipeline(
     seed: int,
     method_kwargs: dict | None = None,
     decode_batch_size: int = 1,
+    custom_methods: dict | None = None,
 ):
     """Yield one prediction record per row, in row order, from kvpress's pipeline (batch 1 only)."""
     from kvpress import KVPressTextGenerationPipeline  # noqa: F401  (importing kvpress registers the pipeline)
@@ -62,11 +63,11 @@ def run_cell_on_kvpress_pipeline(
     torch.manual_seed(seed)
     device = pick_device(model_settings.device)
     tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
-    attention = attention_implementation_for(method, model_settings.attn_implementation)
+    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=device)
-    press = build_press(method, retention, method_kwargs, seed=seed)
-    make_cache = cache_factory_for(method, model, method_kwargs)
+    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
+    make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
 
     def answer(row) -> tuple[str, object, float]:
         context, question = pipeline_inputs(task, row, question_mode)
@@ -95,7 +96,7 @@ def run_cell_on_kvpress_pipeline(
             "references": row["answers"],
             "all_classes": row.get("all_classes"),
             **counts,
-            "kv_cache_bits": get_method(method).kv_cache_bits,
+            "kv_cache_bits": get_method(method, custom_methods).kv_cache_bits,
             "generated_tokens": None,  # the pipeline returns text only
             "max_context_tokens": model_settings.max_context_tokens,
             "truncation": "kvpress_pipeline_keeps_the_first_max_context_tokens",
