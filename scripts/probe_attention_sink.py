@@ -2,7 +2,7 @@
 
 import torch
 
-from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device
+from kvcache_bench.generation.loading import ModelSettings, load_for_settings
 from kvcache_bench.generation.probes import attention_sink_report
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
@@ -15,8 +15,8 @@ with logging_to(job):
     torch.manual_seed(p.seed)
     torch.set_num_threads(max(1, int(job.threads)))
     settings = p.model
-    tokenizer = load_tokenizer(settings["path"], settings["trust_remote_code"])
-    model = load_model(settings["path"], settings["dtype"], "eager", pick_device(settings["device"]), settings["trust_remote_code"])
+    loaded = load_for_settings(ModelSettings(**settings), attn_implementation="eager")  # attention weights need eager
+    model, tokenizer = loaded.model, loaded.tokenizer
     rows = read_jsonl(job.input.rows)[: p.examples]
     report = attention_sink_report(model, tokenizer, rows, p.task, settings["max_context_tokens"])
     write_json_atomic(job.output.report, report)

@@ -2,7 +2,7 @@
 
 import torch
 
-from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device
+from kvcache_bench.generation.loading import ModelSettings, load_for_settings
 from kvcache_bench.generation.probes import interleave_by_length, padding_effect
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
@@ -15,10 +15,8 @@ with logging_to(job):
         verify_against_manifest(path)
     torch.set_num_threads(max(1, int(job.threads)))
     settings = p.model
-    tokenizer = load_tokenizer(settings["path"], settings["trust_remote_code"])
-    model = load_model(
-        settings["path"], settings["dtype"], settings["attn_implementation"], pick_device(settings["device"]), settings["trust_remote_code"]
-    )
+    loaded = load_for_settings(ModelSettings(**settings))
+    model, tokenizer = loaded.model, loaded.tokenizer
     rows = interleave_by_length([read_jsonl(path)[: p.examples_per_dataset] for path in job.input.rows])
     report = padding_effect(
         model,
