@@ -8,6 +8,8 @@ if warm_start.applies_to(job):
     # torch is not imported here: a process that has it imported runs the job (each cell still its own job)
     warm_start.run_warm(job, "kvcache_bench.generation.job:run_generate_job", key=job.params.code)
 else:
-    from kvcache_bench.generation.job import run_generate_job
+    from kvcache_bench.generation.gpu_job import gpu_job
+    from kvcache_bench.generation.job import write_cell_predictions
 
-    run_generate_job(job)
+    with gpu_job(job) as entered:
+        write_cell_predictions(job, entered.loaded, entered.data)

@@ -2,10 +2,11 @@
 
 from kvcache_bench.canary.settings import TrainSettings
 from kvcache_bench.canary.train import train_canary
-from kvcache_bench.workflow import current_job, logging_to
+from kvcache_bench.generation.gpu_job import gpu_job
+from kvcache_bench.workflow import current_job
 
 job = current_job(globals())
-with logging_to(job):
+with gpu_job(job):  # the canary is built here from its settings, not loaded
     settings = TrainSettings.from_dict({**job.params.settings, "num_workers": max(0, int(job.threads) - 1)})
     record = train_canary(settings, job.output.model_dir)
     print(f"trained the canary for {record['steps_done']} steps in {record['seconds']} s")

@@ -87,6 +87,7 @@ class LoadedModel:
     stop_ids: frozenset[int]
     attn_implementation: str
     load_seconds: float
+    settings: ModelSettings
 
 
 def load_for_settings(settings: ModelSettings, *, attn_implementation: str | None = None, tokenizer: bool = True) -> LoadedModel:
@@ -102,4 +103,4 @@ def load_for_settings(settings: ModelSettings, *, attn_implementation: str | Non
     loaded_tokenizer = load_tokenizer(settings.path, settings.trust_remote_code) if tokenizer else None
     model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code)
     stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
-    return LoadedModel(model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start)
+    return LoadedModel(model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings)

@@ -330,25 +330,21 @@ def measure_cells(
 def run_perf_job(
     cell: PerfCell,
     *,
-    model_settings,
+    loaded,
     settings: PerfSettings,
     context_source: str,
     rows: list[dict] | None,
     hardware: str = "auto",
 ) -> tuple[list[dict], dict]:
-    """The ``perf`` rule's work: load the model, build the context, measure one cell.
+    """The ``perf`` rule's work on the model its job loaded (``generation.gpu_job``): build the context,
+    measure one cell.
 
     Returns the records and the job's own accounting: load time, total time, and the share of the
     measured runs' wall time spent outside the model's forward calls.
     """
-    from kvcache_bench.generation.loading import load_for_settings
-    from kvcache_bench.methods.registry import attention_implementation_for
-
-    job_start = time.perf_counter()
+    job_start = time.perf_counter() - loaded.load_seconds
     check_perf_cell(cell, settings.task)
     torch.manual_seed(settings.seed)
-    attention = attention_implementation_for(cell.method, model_settings.attn_implementation)
-    loaded = load_for_settings(model_settings, attn_implementation=attention, tokenizer=context_source == "dataset")
     model = loaded.model
     backend = pick_hardware(hardware, loaded.device)
     if context_source == "dataset":
