@@ -30,6 +30,6 @@ rule generate:
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
-        warm_start=GENERATION["warm_start"],
+        model_workers=GENERATION["model_workers"],
     script:
         "../scripts/generate.py"
