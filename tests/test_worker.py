@@ -121,3 +121,19 @@ def test_workers_are_for_local_jobs_only(monkeypatch):
     assert applies_to(ScriptJob({}, {}, {"model_workers": True}, [])) and not applies_to(ScriptJob({}, {}, {"model_workers": False}, []))
     monkeypatch.setenv("SLURM_JOB_ID", "42")  # a worker started in one job's allocation would die with that job
     assert not applies_to(ScriptJob({}, {}, {"model_workers": True}, []))
+
+
+def test_a_job_killed_mid_cell_writes_nothing_and_its_worker_leaves(tmp_path, rows):
+    write_jsonl_atomic(rows, make_synthetic_rows(60, seed=5, min_words=200, max_words=300))
+    write_manifest(rows, {"rows": "60 synthetic rows"})
+    client = subprocess.Popen(_client_command(tmp_path, "killed", _params("snapkv", 0.5, True)), cwd=tmp_path, env=ENV,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = tmp_path / "killed.log"
+    deadline = time.monotonic() + 300
+    while "method=snapkv" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the worker has started the cell
+    client.kill()
+    client.wait(timeout=30)
+    (manifest,) = tmp_path.glob("logs/model_workers/*.manifest.json")
+    assert _gone(json.loads(manifest.read_text())["worker"]["pid"], within=60)
+    assert not (tmp_path / "killed.jsonl").exists()
