@@ -16,6 +16,7 @@ rule figure_quality_vs_retention:
         manifest="results/figures/quality_vs_retention.png.manifest.json",
     log:
         "logs/figures/quality_vs_retention.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -40,6 +41,7 @@ rule figure_paired_scatter:
         manifest="results/figures/paired_scatter.png.manifest.json",
     log:
         "logs/figures/paired_scatter.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -64,6 +66,7 @@ rule figure_batch_size:
         manifest="results/figures/batch_size.png.manifest.json",
     log:
         "logs/figures/batch_size.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -71,9 +74,3 @@ rule figure_batch_size:
         title="Full cache: does batching change the answers?",
     script:
         "../scripts/figure_batch_size.py"
-
-
-localrules:
-    figure_quality_vs_retention,
-    figure_paired_scatter,
-    figure_batch_size,

@@ -4,14 +4,14 @@ from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.runs import PerfCell, PerfSettings, run_perf_job
-from kvcache_bench.workflow import current_job, params_of
+from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())
-p = job.params
+p = settings_of(job)
 # contexts cut from documents need the tokenizer; filler contexts are token ids (a built shape may have none)
 with gpu_job(job, tokenizer=p.context_source == "dataset") as entered:
     records, accounting = run_perf_job(
-        PerfCell(p.model_name, p.method, p.retention, p.context_tokens, p.batch_size),
+        PerfCell(p.model, p.method, p.retention, p.context, p.batch_size),
         loaded=entered.loaded,
         settings=PerfSettings(**p.settings),
         context_source=p.context_source,

@@ -6,14 +6,14 @@ from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.generation.probes import attention_sink_report
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.workflow import current_job, params_of
+from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())
-p = job.params
+p = settings_of(job)
 with gpu_job(job, attn_implementation="eager") as entered:  # attention weights need eager attention
     torch.manual_seed(p.seed)
     rows = read_jsonl(job.input.rows)[: p.examples]
-    report = attention_sink_report(entered.loaded.model, entered.loaded.tokenizer, rows, p.task, p.model["max_context_tokens"])
+    report = attention_sink_report(entered.loaded.model, entered.loaded.tokenizer, rows, p.task, p.model_settings["max_context_tokens"])
     write_json_atomic(job.output.report, report)
     write_manifest(job.output.report, params_of(job), p.seed, extra={"examples": len(rows)})
     print(f"attention on position 0, layers {report['middle_layers']}: {report['mean_attention_on_position_0_middle_layers']}")

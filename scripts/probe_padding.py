@@ -4,11 +4,11 @@ from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.generation.probes import interleave_by_length, padding_effect
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.workflow import current_job, params_of
+from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())
-p = job.params
-settings = p.model
+p = settings_of(job)
+settings = p.model_settings
 # the harness runs the press on the configured attention, as the batching harnesses it reproduces do
 with gpu_job(job, attn_implementation=settings["attn_implementation"]) as entered:
     model, tokenizer = entered.loaded.model, entered.loaded.tokenizer

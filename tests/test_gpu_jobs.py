@@ -54,7 +54,7 @@ def _enter(tmp_path, rows_text: str, extra_env: dict):
         import os, sys
         from kvcache_bench.generation.gpu_job import gpu_job
         from kvcache_bench.workflow import ScriptJob
-        job = ScriptJob({{"rows": {str(rows)!r}}}, {{}}, {{"model": {{"device": "auto"}}}}, [{str(tmp_path / "job.log")!r}])
+        job = ScriptJob({{"rows": {str(rows)!r}}}, {{}}, {{"model_settings": {{"device": "auto"}}}}, [{str(tmp_path / "job.log")!r}])
         job.resources = {{"gpu": 1}}
         with gpu_job(job, load=False) as entered:
             print(os.environ["CUDA_VISIBLE_DEVICES"], entered.pin.source, "torch" in sys.modules)

@@ -22,7 +22,7 @@ MODEL = {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_imple
 
 
 def _params(method, retention, workers, **extra):
-    return {"code": "test", "task": "synthetic_qa", "model": MODEL, "method": method, "retention": retention,
+    return {"code": "test", "task": "synthetic_qa", "model_settings": MODEL, "method": method, "retention": retention,
             "batch_size": 1, "decode_batch_size": 1, "question_mode": "question_aware", "max_new_tokens": 8,
             "method_kwargs": extra.pop("method_kwargs", {}), "seed": 3, "model_workers": workers, **extra}
 
@@ -99,7 +99,7 @@ def test_a_cell_that_fails_in_its_worker_fails_its_job_with_the_reason_and_the_n
 
 
 def test_a_worker_that_dies_fails_its_job_naming_its_log(tmp_path, rows):
-    params = _params("snapkv", 0.5, True, model={**MODEL, "path": str(tmp_path / "no-such-model")})
+    params = _params("snapkv", 0.5, True, model_settings={**MODEL, "path": str(tmp_path / "no-such-model")})
     result, out = _generate(tmp_path, "missing", params)
     assert result.returncode != 0 and not out.exists()
     assert "the model worker exited while loading" in result.stderr and "logs/model_workers/" in result.stderr

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from kvcache_bench.generation.gpus import GpuPin, pin_gpus_for_job
 from kvcache_bench.manifest import verify_against_manifest
-from kvcache_bench.workflow import logging_to
+from kvcache_bench.workflow import logging_to, params_of
 
 log = logging.getLogger("kvcache_bench")
 
@@ -36,7 +36,7 @@ def data_inputs(job) -> list[str]:
 
 
 def model_params_of(job) -> dict | None:
-    model = dict(job.params.items()).get("model")
+    model = params_of(job).get("model_settings")
     return model if isinstance(model, dict) else None
 
 
@@ -44,10 +44,10 @@ def method_attention(job) -> str | None:
     """The attention the job's method needs (eager for a press that reads attention weights), if it has one."""
     from kvcache_bench.methods.registry import attention_implementation_for
 
-    params = dict(job.params.items())
-    if "method" not in params or not isinstance(params.get("model"), dict):
+    params, model = params_of(job), model_params_of(job)
+    if "method" not in params or model is None:
         return None
-    return attention_implementation_for(params["method"], params["model"]["attn_implementation"])
+    return attention_implementation_for(params["method"], model["attn_implementation"])
 
 
 @contextlib.contextmanager

@@ -11,12 +11,12 @@ from kvcache_bench.generation.cell_runner import run_cell
 from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.workflow import params_of
+from kvcache_bench.workflow import params_of, settings_of
 
 
 def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) -> None:
     """Run the cell on ``loaded`` and write its predictions and manifest (``worker``: who loaded the model)."""
-    p = job.params
+    p = settings_of(job)
     records = run_cell(
         read_jsonl(job.input.rows),
         task=p.task,

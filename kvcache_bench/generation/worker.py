@@ -83,9 +83,9 @@ def _alive(pid: int) -> bool:
 
 def worker_settings(job) -> dict:
     """What a worker is for: the model settings and the attention the job's method needs."""
-    from kvcache_bench.generation.gpu_job import method_attention
+    from kvcache_bench.generation.gpu_job import method_attention, model_params_of
 
-    return {"model": dict(job.params.model), "attention": method_attention(job), "code": job.params.code}
+    return {"model": model_params_of(job), "attention": method_attention(job), "code": job.params.code}
 
 
 def worker_key(settings: dict, slot: str, owner: int) -> str:
@@ -129,6 +129,7 @@ def _job_as_dict(job) -> dict:
         "params": {name: value for name, value in job.params.items()},
         "log": [str(path) for path in job.log],
         "threads": int(job.threads),
+        "wildcards": {name: value for name, value in (getattr(job, "wildcards", None) or {}).items()},
     }
 
 
