@@ -23,6 +23,7 @@ from kvcache_bench.generation.single_decode import (
 )
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.cell_checks import Cell, check_cell
+from kvcache_bench.study.press_values import prompt_length_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,9 @@ def run_cell(
         build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
         for row in rows
     ]
+    pressed_lengths = [p.length - max(1, p.held_back_tokens) if question_aware else len(p.context_ids) for p in prompts]
+    if press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths)):
+        raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
     kv_bits = get_method(method).kv_cache_bits
     batch_decoding = decode_batch_size > 1
     single_path = DecodePath(decode_batch_size, 1, None).record()

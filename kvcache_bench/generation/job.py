@@ -7,10 +7,15 @@ calls ``write_cell_predictions`` with it.
 
 from __future__ import annotations
 
+import logging
+from types import SimpleNamespace
+
+from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.generation.cell_runner import run_cell
 from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
+from kvcache_bench.study.sources import hub_revision
 from kvcache_bench.workflow import params_of, settings_of
 
 
@@ -32,7 +37,13 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
         loaded=loaded,
     )
     count = write_jsonl_atomic(job.output.predictions, records)
-    extra = {"records": count, "data_sha256": data[str(job.input.rows)]["content"]["sha256"]}
+    measured = measure_cell(read_jsonl(job.output.predictions), p.retention)
+    for warning in cell_warnings(SimpleNamespace(retention=p.retention, **measured)):
+        logging.getLogger("kvcache_bench").warning("measured other than asked: %s", warning)
+    extra = {
+        "records": count, "data_sha256": data[str(job.input.rows)]["content"]["sha256"],
+        "model_hub_revision": hub_revision(p.model_settings["path"]),  # None for a local folder: its files are inputs
+    }
     if worker is not None:
         extra["worker"] = worker
     write_manifest(job.output.predictions, params_of(job), p.seed, extra=extra)
