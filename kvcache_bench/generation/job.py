@@ -13,6 +13,7 @@ from types import SimpleNamespace
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.generation.cell_runner import run_cell
 from kvcache_bench.generation.gpu_job import gpu_job
+from kvcache_bench.generation.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.study.sources import hub_revision
@@ -22,7 +23,8 @@ from kvcache_bench.workflow import params_of, settings_of
 def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) -> None:
     """Run the cell on ``loaded`` and write its predictions and manifest (``worker``: who loaded the model)."""
     p = settings_of(job)
-    records = run_cell(
+    engine = run_cell_on_kvpress_pipeline if params_of(job).get("engine") == KVPRESS_PIPELINE else run_cell
+    records = engine(
         read_jsonl(job.input.rows),
         task=p.task,
         model_settings=loaded.settings,
