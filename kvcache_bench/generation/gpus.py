@@ -213,7 +213,7 @@ def pin_gpus_for_job(job) -> GpuPin:
     wanted = int(resources.get("gpu", 0) or 0) if hasattr(resources, "get") else 0
     params = getattr(job, "params", None)
     model = getattr(params, "model_settings", None) or getattr(params, "model", None)  # rules name it model_settings
-    device = model.get("device", "auto") if isinstance(model, dict) else "auto"
+    device = model.get("device", "auto") if isinstance(model, dict) else getattr(params, "device", None) or "auto"
     if wanted == 0 or str(device).startswith("cpu"):
         return GpuPin([], "none")
     pin = pin_gpus(wanted)
