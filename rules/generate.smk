@@ -31,7 +31,7 @@ rule generate:
 
 
 # What the study's generate jobs cost against their measured work (not part of `all`):
-#   snakemake --profile profiles/local --configfile config/smollm2.yaml results/tables/sweep_cost.json
+#   snakemake results/tables/sweep_cost.json --profile profiles/local --configfile config/smollm2-h200.yaml
 rule sweep_cost:
     input:
         predictions=all_prediction_files(),
