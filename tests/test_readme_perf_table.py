@@ -1,24 +1,24 @@
 """Every number in the README's performance table is the committed reference run's, rounded as printed.
 
-The reference file is what the run wrote (reference/h200-fast-decode/generate_rule_h200.json until the
-workflow's own run, config/reference-h200.yaml, replaces it); a README edited by hand, or a re-measured
-file without its README, fails here.
+The reference file is what the workflow wrote on one H200 (``snakemake --cores 16 --resources gpu=1
+--configfile config/reference-h200.yaml``, committed under reference/h200-reference-config/); a README edited
+by hand, or a re-measured file without its README, fails here.
 """
 
-import json
+import csv
 import re
 
 from conftest import REPO
 
-REFERENCE = REPO / "reference" / "h200-fast-decode" / "generate_rule_h200.json"
-# README row label (its start, formatting stripped) -> the reference file's entry it prints
+REFERENCE = REPO / "reference" / "h200-reference-config" / "tables" / "engine_comparison.csv"
+# README row label (its start, formatting stripped) -> (path, decode batch) of the reference file's row it prints
 ROW_SOURCES = {
-    "kvpress KVPressTextGenerationPipeline (batch 1)": ("paths", "kvpress pipeline (batch 1)"),
-    "this engine, decode batch 1": ("paths", "engine, decode batch 1"),
-    "this engine, decode batch 32 (default)": ("paths", "engine, decode batch 32"),
-    "hardware floor": ("floors", "floor, decode batch 32"),
+    "kvpress KVPressTextGenerationPipeline (batch 1)": ("kvpress_pipeline", "1"),
+    "this engine, decode batch 1": ("kvcache_bench", "1"),
+    "this engine, decode batch 32 (default)": ("kvcache_bench", "32"),
+    "hardware floor": ("floor", "32"),
 }
-BASELINE = ("paths", "kvpress pipeline (batch 1)")
+BASELINE = ("kvpress_pipeline", "1")
 
 
 def performance_table_rows() -> list[list[str]]:
@@ -28,8 +28,9 @@ def performance_table_rows() -> list[list[str]]:
 
 
 def reference_rate(source) -> float:
-    group, name = source
-    return json.loads(REFERENCE.read_text())[group][name]["examples_per_s"]
+    rows = list(csv.DictReader(REFERENCE.open()))
+    (row,) = [r for r in rows if (r["path"], r["decode_batch_size"]) == source]
+    return float(row["examples_per_s"])
 
 
 def test_every_row_of_the_performance_table_is_the_reference_runs_rate_and_ratio():
@@ -48,3 +49,12 @@ def test_the_floor_ratio_in_the_text_is_the_reference_runs():
     stated = re.search(r"runs at ([\d.]+)× its floor", section).group(1)
     default, floor = reference_rate(ROW_SOURCES["this engine, decode batch 32 (default)"]), reference_rate(ROW_SOURCES["hardware floor"])
     assert stated == f"{floor / default:.2f}"
+
+
+def test_the_reference_table_is_the_file_its_manifest_describes():
+    """A hand-edited reference number fails here even when the README was edited to match it."""
+    from kvcache_bench.manifest import verify_against_manifest
+
+    manifest = verify_against_manifest(REFERENCE)
+    engines = {engine for _, engine in manifest["params"]["cells"]}
+    assert engines == {"kvcache_bench", "kvpress_pipeline"}, engines  # both engines' cells of one study

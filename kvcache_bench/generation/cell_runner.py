@@ -14,14 +14,7 @@ from kvcache_bench.generation.batched_decode import (
     generate_shared_contexts_together,
 )
 from kvcache_bench.generation.caches import kv_bytes_per_token
-from kvcache_bench.generation.loading import (
-    ModelSettings,
-    load_model,
-    load_tokenizer,
-    pick_device,
-    stop_token_ids,
-    synchronize,
-)
+from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
 from kvcache_bench.generation.single_decode import (
     Generation,
     decode_answer,
@@ -73,25 +66,29 @@ def run_cell(
     progress: bool = True,
     decode_batch_size: int = 1,
     custom_methods: dict | None = None,
+    loaded: LoadedModel | None = None,
 ):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
 
     ``batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
-    (``kvcache_bench.generation.batched_decode``: safe with eviction).
+    (``kvcache_bench.generation.batched_decode``: safe with eviction). ``loaded`` is a model a worker
+    loaded already for these settings and this method's attention (``kvcache_bench.generation.worker``).
     """
     from tqdm import tqdm
 
     check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size), custom_methods)
     torch.manual_seed(seed)
-    device = pick_device(model_settings.device)
-    tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
-    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
+    if loaded is None:
+        loaded = load_for_settings(model_settings, attn_implementation=attention)
+    elif loaded.attn_implementation != attention:
+        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
     make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
     construction = press_construction(press)  # before generating: a press may keep state on itself
-    stop_ids = stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task)
+    stop_ids = set(loaded.stop_ids) | extra_stop_ids(tokenizer, task)
     min_new_tokens = 1 if task in NEWLINE_STOP_TASKS else 0
     question_aware = question_mode == "question_aware"
     log.info("method=%s retention=%s batch=%s mode=%s device=%s attention=%s", method, retention, batch_size, question_mode, device, attention)
