@@ -2,27 +2,30 @@
 # input, so a refused target produces nothing downstream and (with --keep-going) the others go on.
 
 
-# Milliseconds of work each: on a cluster they run in the Snakemake process instead of waiting in the queue.
-rule check_methods:
+# One job per method (seconds of CPU: a cluster runs it in the Snakemake process), its params that method's
+# settings only: another config in the same results directory leaves every other method's check, and so
+# every cell downstream, up to date.
+rule check_method:
     output:
-        resolved="results/checks/methods.json",
-        manifest="results/checks/methods.json.manifest.json",
+        properties="results/checks/methods/{method}.json",
+        manifest="results/checks/methods/{method}.json.manifest.json",
     log:
-        "logs/check_methods.log",
+        "logs/check_method/{method}.log",
     localrule: True
     conda:
         "../envs/generate.yaml"
     params:
-        code=package_code("check_methods.py"),
-        methods=config["methods"],
-        method_kwargs=config["method_kwargs"],
+        code=package_code("check_method.py"),
+        method_kwargs=method_kwargs,
+        custom_methods=custom_methods_needed,
+        press_code=press_code,
     script:
-        "../scripts/check_methods.py"
+        "../scripts/check_method.py"
 
 
 rule check_config:
     input:
-        methods=rules.check_methods.output.resolved,
+        properties=rules.check_method.output.properties,
     output:
         ok=f"results/checks/{CELL_PATTERN}.ok",
     log:
@@ -32,12 +35,16 @@ rule check_config:
         "../envs/analysis.yaml"
     params:
         code=package_code("check_config.py"),
+        custom_methods=custom_methods_needed,
     script:
         "../scripts/check_config.py"
 
 
-# No output: like `plan`, it runs whenever asked, so an upgraded kvpress is never hidden by a stale table.
+# No output: like `plan`, it runs whenever asked. Its inputs are every method's check, measured once
+# and kept up to date by their params (kvpress's version is in each check's manifest).
 rule doctor:
+    input:
+        properties=doctor_method_checks(),
     log:
         "logs/doctor.log",
     localrule: True

@@ -19,7 +19,8 @@ import yaml
 from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
-from kvcache_bench.methods.registry import retentions_for
+from kvcache_bench.methods.custom import methods_needed, press_code_hash
+from kvcache_bench.methods.registry import METHODS, retentions_for
 from kvcache_bench.study.config_checks import (
     StudyConfigError,
     check_study_config,
@@ -59,7 +60,8 @@ LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 
 # The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
 # refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.
-STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), problems_of)
+CELL_PROBLEMS = functools.partial(problems_of, custom_methods=config["custom_methods"])
+STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), CELL_PROBLEMS)
 
 
 wildcard_constraints:
@@ -113,7 +115,7 @@ def announce_before_any_job():
     if not workflow.is_main_process:
         return
     typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
-    refusals = [f"refused target {Cell(**cell).target}: {'; '.join(problems_of(cell))}" for cell in typed]
+    refusals = [f"refused target {Cell(**cell).target}: {'; '.join(CELL_PROBLEMS(cell))}" for cell in typed]
     warnings = [
         lock_holder_warning("."),
         *(remote_code_warning(model, name) for name, model in config["models"].items()),
@@ -172,6 +174,22 @@ def max_new_tokens(wildcards):
 
 def method_kwargs(wildcards):
     return config["method_kwargs"].get(wildcards.method, {})
+
+
+def custom_methods_needed(wildcards):
+    """The custom_methods settings this method is built from (none for a built-in): only these reach its jobs."""
+    return methods_needed(wildcards.method, config["custom_methods"])
+
+
+def press_code(wildcards):
+    """Hash of the presses/<file>.py this method imports: an edit reruns only the cells built from it."""
+    return press_code_hash(wildcards.method, config["custom_methods"], os.getcwd())
+
+
+def doctor_method_checks():
+    """Every built-in method's check and the config's custom ones'."""
+    names = list(METHODS) + list(config["custom_methods"])
+    return [f"results/checks/methods/{name}.json" for name in names]
 
 
 def cells_for_table():

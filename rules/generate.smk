@@ -24,6 +24,8 @@ rule generate:
         engine=lookup(dpath="models/{model}/engine", within=config),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
+        custom_methods=custom_methods_needed,
+        press_code=press_code,
         seed=SEED,
         model_workers=GENERATION["model_workers"],
     script:

@@ -1,7 +1,7 @@
-"""Snakemake adapter for `snakemake doctor`: print (and log) which methods resolve against the installed kvpress."""
+"""Snakemake adapter for `snakemake doctor`: print (and log) every method's measured properties."""
 
-from kvcache_bench.methods.registry import doctor
+from kvcache_bench.methods.properties_table import doctor_table
 from kvcache_bench.workflow import current_job, print_and_log
 
 job = current_job(globals())
-print_and_log(job, "".join(f"{row['method']:<20} {row['status']:<8} {row['press']}\n" for row in doctor()))
+print_and_log(job, doctor_table(list(job.input.properties)))

@@ -81,3 +81,15 @@ def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_mode
     assert all("warm-up" in r["seconds_cover"] and "decode batch" in r["seconds_cover"] for r in together)
     if mode == "question_agnostic":
         assert all(r["shared_context_questions"] == 2 for r in together)
+
+
+def test_a_masking_press_never_appears_to_save_memory(rows, demo_model):
+    """AdaKV hides slots behind fake keys and keeps them: its records hold every byte; SnapKV's hold fewer."""
+    masking = cell(rows[:2], demo_model, "question_aware", method="adakv_snapkv")
+    evicting = cell(rows[:2], demo_model, "question_aware")
+    for record in masking:
+        assert record["kv_bytes_held"] == record["kv_bytes_uncompressed"] > 0
+        assert record["construction"]["class"].endswith("AdaKVPress")
+    for record in evicting:
+        assert record["kv_bytes_held"] < record["kv_bytes_uncompressed"]
+        assert record["kv_bytes_held"] / record["kv_bytes_uncompressed"] == pytest.approx(record["effective_retention"])

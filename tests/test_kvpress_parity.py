@@ -70,7 +70,7 @@ def kvpress_answer_ids(pipeline, context: str, question: str, press) -> tuple[li
 
 
 @pytest.mark.parametrize("retention", [0.5, 0.25])
-@pytest.mark.parametrize("method", ["snapkv", "streaming_llm", "knorm", "tova", "expected_attention"])
+@pytest.mark.parametrize("method", ["snapkv", "streaming_llm", "knorm", "tova", "plain_expected_attention"])
 @pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
 def test_greedy_ids_equal_kvpress_pipeline(smollm2, kvpress_pipeline, method, retention, question_aware):
     model, tokenizer = smollm2

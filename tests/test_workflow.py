@@ -9,7 +9,7 @@ import yaml
 from conftest import FAKE_HF_TOKEN, planned_jobs, run_snakemake, write_config
 
 PIPELINE_RULES = {
-    "check_methods", "check_config", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
+    "check_method", "check_config", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
 }
 
 
@@ -51,12 +51,12 @@ def test_unknown_config_key_fails_naming_the_key(workflow_copy):
     assert "'retention' was unexpected" in result.stdout + result.stderr
 
 
-def test_unknown_method_fails_listing_allowed_methods(workflow_copy):
+def test_unknown_method_fails_naming_the_closest_one(workflow_copy):
     write_config(workflow_copy, "config/demo.yaml", "bad_method.yaml", methods=["full_cache", "snapkvv"])
     result = run_snakemake(workflow_copy, "-n", "--configfile", "config/bad_method.yaml")
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "'snapkvv' is not one of" in output and "'streaming_llm'" in output
+    assert "methods names 'snapkvv', which is no method; did you mean 'snapkv'?" in output
 
 
 def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow_copy):

@@ -2,6 +2,7 @@
 
     python tools/docs.py config    # the key table of config/README.md, from schemas/config.schema.yaml
     python tools/docs.py modules   # the import table of docs/modules.md, from kvcache_bench/ and scripts/
+    python tools/docs.py methods   # README's method table, from kvcache_bench/methods/catalogue.py
 """
 
 from __future__ import annotations
@@ -94,6 +95,21 @@ def module_map() -> str:
     return "\n".join(lines) + "\n"
 
 
+def method_table() -> str:
+    sys.path.insert(0, str(REPO))
+    from kvcache_bench.methods.catalogue import BUILT_IN
+    from kvcache_bench.methods.constructions import describe
+
+    lines = ["| method | label | built as | family | retention | from |", "|---|---|---|---|---|---|"]
+    for spec in BUILT_IN.values():
+        built = describe(spec.construction) if spec.construction else (
+            f"QuantizedCache({spec.kv_cache_bits}-bit)" if spec.kv_cache_bits else "(no press)")
+        family = f"needs hub data: {spec.hub_data}" if spec.hub_data else spec.family
+        retention = "per cell" if spec.takes_retention else "1.0 (budget in kwargs)" if spec.construction else "1.0"
+        lines.append(f"| `{spec.name}` | {spec.label} | `{built}` | {family} | {retention} | {spec.origin} |")
+    return "\n".join(lines) + "\n"
+
+
 def replace_block(text: str, what: str, block: str) -> str:
     begin, end = BEGIN.format(what=what), END.format(what=what)
     head, _, rest = text.partition(begin + "\n")
@@ -101,7 +117,11 @@ def replace_block(text: str, what: str, block: str) -> str:
     return f"{head}{begin}\n{block}{end}{tail}"
 
 
-TARGETS = {"config": ("config/README.md", config_reference), "modules": ("docs/modules.md", module_map)}
+TARGETS = {
+    "config": ("config/README.md", config_reference),
+    "modules": ("docs/modules.md", module_map),
+    "methods": ("README.md", method_table),
+}
 
 if __name__ == "__main__":
     for what in sys.argv[1:] or list(TARGETS):

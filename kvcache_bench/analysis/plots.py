@@ -32,11 +32,15 @@ COMPRESSED_METHODS = [name for name in METHODS if name != BASELINE_METHOD]
 
 
 def method_style(name: str) -> dict:
-    """The same colour and marker for a method in every figure, whatever else the study contains."""
+    """The same colour and marker for a method in every figure, whatever else the study contains.
+
+    Ten colours cannot tell sixty methods apart: each method's (colour, marker) pair is its own instead.
+    """
     if name == BASELINE_METHOD:
         return {"color": FULL_CACHE_COLOUR, "marker": None}
     index = COMPRESSED_METHODS.index(name) if name in COMPRESSED_METHODS else len(COMPRESSED_METHODS)
-    return {"color": METHOD_COLOURS[index % len(METHOD_COLOURS)], "marker": MARKERS[index % len(MARKERS)]}
+    marker = MARKERS[(index // len(METHOD_COLOURS)) % len(MARKERS)]
+    return {"color": METHOD_COLOURS[index % len(METHOD_COLOURS)], "marker": marker}
 
 
 def _one_decode_batch(frame: pd.DataFrame) -> pd.DataFrame:

@@ -47,3 +47,16 @@ class CacheCheckpoint:
         for layer, attributes in zip(cache.layers, self._attributes):
             vars(layer).clear()
             vars(layer).update(attributes)
+
+
+def kv_bytes_per_token(model, kv_cache_bits: int | None = None) -> float:
+    """Bytes one token's keys and values take in every layer: what a cache slot holds, whether a press kept
+    it for attention, masked it (kvpress's fake keys) or zeroed some of its key channels (ThinK).
+
+    A quantised cache counts its payload bits only (not its scales, nor its residual full-precision tokens).
+    """
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    values_per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim
+    element_bytes = kv_cache_bits / 8 if kv_cache_bits else next(model.parameters()).element_size()
+    return values_per_token * element_bytes

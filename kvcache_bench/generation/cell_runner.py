@@ -13,6 +13,7 @@ from kvcache_bench.generation.batched_decode import (
     generate_prefill_one_decode_many,
     generate_shared_contexts_together,
 )
+from kvcache_bench.generation.caches import kv_bytes_per_token
 from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
 from kvcache_bench.generation.single_decode import (
     Generation,
@@ -21,7 +22,13 @@ from kvcache_bench.generation.single_decode import (
     generate_padded_batch,
     generate_shared_context,
 )
-from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
+from kvcache_bench.methods.registry import (
+    attention_implementation_for,
+    build_press,
+    cache_factory_for,
+    get_method,
+    press_construction,
+)
 from kvcache_bench.study.cell_checks import Cell, check_cell
 from kvcache_bench.study.press_values import prompt_length_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
@@ -58,6 +65,7 @@ def run_cell(
     method_kwargs: dict | None = None,
     progress: bool = True,
     decode_batch_size: int = 1,
+    custom_methods: dict | None = None,
     loaded: LoadedModel | None = None,
 ):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
@@ -69,16 +77,17 @@ def run_cell(
     """
     from tqdm import tqdm
 
-    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size))
+    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size), custom_methods)
     torch.manual_seed(seed)
-    attention = attention_implementation_for(method, model_settings.attn_implementation)
+    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     if loaded is None:
         loaded = load_for_settings(model_settings, attn_implementation=attention)
     elif loaded.attn_implementation != attention:
         raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
-    press = build_press(method, retention, method_kwargs, seed=seed)
-    make_cache = cache_factory_for(method, model, method_kwargs)
+    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
+    make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
+    construction = press_construction(press)  # before generating: a press may keep state on itself
     stop_ids = set(loaded.stop_ids) | extra_stop_ids(tokenizer, task)
     min_new_tokens = 1 if task in NEWLINE_STOP_TASKS else 0
     question_aware = question_mode == "question_aware"
@@ -91,7 +100,8 @@ def run_cell(
     pressed_lengths = [p.length - max(1, p.held_back_tokens) if question_aware else len(p.context_ids) for p in prompts]
     if press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths)):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
-    kv_bits = get_method(method).kv_cache_bits
+    kv_bits = get_method(method, custom_methods).kv_cache_bits
+    slot_bytes = kv_bytes_per_token(model, kv_bits)
     batch_decoding = decode_batch_size > 1
     single_path = DecodePath(decode_batch_size, 1, None).record()
     path_of: dict[int, dict] = {}
@@ -173,6 +183,9 @@ def run_cell(
             "pressed_tokens": generation.pressed_tokens,
             "kept_tokens": generation.kept_tokens,
             "effective_retention": generation.kept_tokens / max(1, generation.pressed_tokens),
+            # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
+            "kv_bytes_held": round(generation.kept_tokens * slot_bytes),
+            "kv_bytes_uncompressed": round(generation.pressed_tokens * kv_bytes_per_token(model)),
             "kv_cache_bits": kv_bits,
             "generated_tokens": len(generation.token_ids),
             "truncated": prompt.truncated,
@@ -187,6 +200,7 @@ def run_cell(
             "warmup_seconds": warmup_seconds,
             "decode_steps": decode_steps,
             "method": method,
+            "construction": construction,
             "retention": retention,
             "batch_size": batch_size,
             "question_mode": question_mode,

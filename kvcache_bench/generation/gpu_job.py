@@ -47,7 +47,7 @@ def method_attention(job) -> str | None:
     params, model = params_of(job), model_params_of(job)
     if "method" not in params or model is None:
         return None
-    return attention_implementation_for(params["method"], model["attn_implementation"])
+    return attention_implementation_for(params["method"], model["attn_implementation"], params.get("custom_methods"))
 
 
 @contextlib.contextmanager

@@ -52,6 +52,7 @@ def run_cell_on_kvpress_pipeline(
     seed: int,
     method_kwargs: dict | None = None,
     decode_batch_size: int = 1,
+    custom_methods: dict | None = None,
     loaded: LoadedModel | None = None,
 ):
     """Yield one prediction record per row, in row order, from kvpress's pipeline (batch 1 only); ``loaded``:
@@ -62,15 +63,15 @@ def run_cell_on_kvpress_pipeline(
     if batch_size != 1 or decode_batch_size != 1:
         raise ValueError(f"kvpress's pipeline generates one example at a time; batch {batch_size}, decode batch {decode_batch_size} asked")
     torch.manual_seed(seed)
-    attention = attention_implementation_for(method, model_settings.attn_implementation)
+    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     if loaded is None:
         loaded = load_for_settings(model_settings, attn_implementation=attention)
     elif loaded.attn_implementation != attention:
         raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=device)
-    press = build_press(method, retention, method_kwargs, seed=seed)
-    make_cache = cache_factory_for(method, model, method_kwargs)
+    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
+    make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
 
     def answer(row) -> tuple[str, object, float]:
         context, question = pipeline_inputs(task, row, question_mode)
@@ -99,7 +100,7 @@ def run_cell_on_kvpress_pipeline(
             "references": row["answers"],
             "all_classes": row.get("all_classes"),
             **counts,
-            "kv_cache_bits": get_method(method).kv_cache_bits,
+            "kv_cache_bits": get_method(method, custom_methods).kv_cache_bits,
             "generated_tokens": None,  # the pipeline returns text only
             "max_context_tokens": model_settings.max_context_tokens,
             "truncation": "kvpress_pipeline_keeps_the_first_max_context_tokens",

@@ -2,52 +2,26 @@
 
 Configs speak of *retention*, the fraction of the prompt's KV cache that is KEPT. kvpress speaks of
 ``compression_ratio``, the fraction DROPPED. ``compression_ratio_for`` is the only place that converts.
+The methods themselves are data (``kvcache_bench.methods.catalogue``); a config's ``custom_methods``
+add more (``custom_specs``), passed along wherever a method is looked up.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import difflib
 import importlib
-import importlib.machinery
 import math
-import sys
-import types
-from dataclasses import dataclass, field
+
+from kvcache_bench.methods.catalogue import BUILT_IN, CUSTOM, WRAPPER_CLASSES, MethodSpec
+from kvcache_bench.methods.constructions import Construction, build, classes_in, construction_of, describe
+from kvcache_bench.methods.kvpress_import import import_kvpress
 
 
 class UnknownMethodError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class MethodSpec:
-    name: str
-    label: str  # how users know the method, for tables and legends
-    press_class: str | None  # attribute of the ``kvpress`` module; None for the uncompressed baseline
-    evicts: bool  # drops prompt tokens from the cache (so padding can be ranked against real tokens)
-    requires_eager_attention: bool = False  # needs the attention matrix, which SDPA does not return
-    default_kwargs: dict = field(default_factory=dict)
-    kv_cache_bits: int | None = None  # a transformers QuantizedCache at this many bits instead of a DynamicCache
-
-
-METHODS: dict[str, MethodSpec] = {
-    spec.name: spec
-    for spec in (
-        MethodSpec("full_cache", "Full cache", None, evicts=False),
-        MethodSpec("snapkv", "SnapKV", "SnapKVPress", evicts=True),
-        MethodSpec("streaming_llm", "StreamingLLM", "StreamingLLMPress", evicts=True),
-        MethodSpec("pyramidkv", "PyramidKV", "PyramidKVPress", evicts=True),
-        MethodSpec("tova", "TOVA", "TOVAPress", evicts=True),
-        MethodSpec("knorm", "Knorm", "KnormPress", evicts=True),
-        MethodSpec("expected_attention", "Expected Attention", "ExpectedAttentionPress", evicts=True),
-        MethodSpec("h2o", "H2O", "ObservedAttentionPress", evicts=True, requires_eager_attention=True),
-        MethodSpec("random", "Random", "RandomPress", evicts=True),
-        # KIVI-style quantised KV cache (transformers' QuantizedCache, optimum-quanto backend): keeps every
-        # token, at fewer bits. kwargs: residual_length, q_group_size, axis_key, axis_value.
-        MethodSpec("kv_quant_4bit", "KV quant (4-bit)", None, evicts=False, kv_cache_bits=4),
-        MethodSpec("kv_quant_2bit", "KV quant (2-bit)", None, evicts=False, kv_cache_bits=2),
-    )
-}
+METHODS: dict[str, MethodSpec] = BUILT_IN
 
 QUANTIZED_CACHE_BACKEND = "quanto"
 QUANTIZED_CACHE_OPTIONS = ("residual_length", "q_group_size", "axis_key", "axis_value")
@@ -55,18 +29,67 @@ QUANTIZED_CACHE_OPTIONS = ("residual_length", "q_group_size", "axis_key", "axis_
 FULL_RETENTION = 1.0
 
 
-def method_label(name: str) -> str:
+def custom_specs(custom_methods: dict | None) -> dict[str, MethodSpec]:
+    """The config's ``custom_methods`` as specs (no import: parse-time checks import their classes)."""
+    custom_methods = custom_methods or {}
+    specs: dict[str, MethodSpec] = {}
+
+    def spec_of(name: str, wrapping: frozenset) -> MethodSpec:
+        if name in specs:
+            return specs[name]
+        if name not in custom_methods:
+            return get_method(name)
+        if name in wrapping:
+            raise UnknownMethodError(f"custom_methods.{name} wraps itself through its inner methods (a cycle)")
+        settings = custom_methods[name]
+        kwargs = dict(settings.get("kwargs") or {})
+        inner = settings.get("inner")
+        if inner is not None:
+            inner_specs = [spec_of(n, wrapping | {name}) for n in (inner if isinstance(inner, list) else [inner])]
+            if any(spec.construction is None for spec in inner_specs):
+                raise UnknownMethodError(f"custom_methods.{name}.inner: a method without a press cannot be wrapped")
+            field_name = WRAPPER_CLASSES.get(settings["press"].rpartition(":")[2], "__positional__")
+            constructions = [spec.construction for spec in inner_specs]
+            kwargs[field_name] = constructions if field_name in ("presses", "__positional__") else constructions[0]
+        construction = Construction(settings["press"], kwargs)
+        specs[name] = MethodSpec(
+            name, settings.get("label") or name, construction, CUSTOM,
+            takes_retention=settings.get("takes_retention", True),
+            requires_eager_attention="ObservedAttentionPress" in classes_in(construction), origin="custom",
+        )
+        return specs[name]
+
+    for name in custom_methods:
+        spec_of(name, frozenset())
+    return specs
+
+
+def all_methods(custom_methods: dict | None = None) -> dict[str, MethodSpec]:
+    return {**METHODS, **custom_specs(custom_methods)} if custom_methods else METHODS
+
+
+def method_label(name: str, custom_methods: dict | None = None) -> str:
     """How users know a method (tables, legends); an unregistered name as it is."""
-    return METHODS[name].label if name in METHODS else name
+    known = all_methods(custom_methods)
+    return known[name].label if name in known else name
 
 
-def get_method(name: str) -> MethodSpec:
-    try:
-        return METHODS[name]
-    except KeyError:
+def did_you_mean(name: str, known) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def get_method(name: str, custom_methods: dict | None = None) -> MethodSpec:
+    if custom_methods and name in custom_methods:
+        spec = custom_specs(custom_methods)[name]
+    elif name in METHODS:
+        spec = METHODS[name]
+    else:
+        known = all_methods(custom_methods)
         raise UnknownMethodError(
-            f"unknown method {name!r}; known methods: {', '.join(sorted(METHODS))}"
+            f"unknown method {name!r}; {did_you_mean(name, known)}known methods: {', '.join(sorted(known))}"
         ) from None
+    return spec
 
 
 def compression_ratio_for(retention: float) -> float:
@@ -76,59 +99,9 @@ def compression_ratio_for(retention: float) -> float:
     return round(1.0 - retention, 10)
 
 
-def retentions_for(method: str, retentions: list[float]) -> list[float]:
-    """The uncompressed baseline has exactly one cell, at retention 1.0."""
-    return [FULL_RETENTION] if not get_method(method).evicts else list(retentions)
-
-
-class _DatasetsOnFirstCall(types.ModuleType):
-    """Stands in for ``datasets`` while kvpress imports: each function it hands out imports the real one when called."""
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-
-        def deferred(*args, **kwargs):
-            return getattr(importlib.import_module("datasets"), name)(*args, **kwargs)
-
-        return deferred
-
-
-def import_kvpress():
-    """kvpress, without importing ``datasets``.
-
-    kvpress's ``__init__`` imports every press, and two we never build (DuoAttention, ExpectedAttentionStats)
-    import ``datasets`` at module level to fetch calibration data from the hub. ``datasets`` (with pandas and
-    pyarrow) was a third of a generate job's start-up on CPU; a press that does call it still gets the real one.
-    """
-    if "kvpress" in sys.modules or "datasets" in sys.modules:
-        return importlib.import_module("kvpress")
-    importlib.import_module("transformers")  # reads which packages are installed once, before the stand-in
-    stand_in = _DatasetsOnFirstCall("datasets")
-    stand_in.__spec__ = importlib.machinery.ModuleSpec("datasets", None)
-    sys.modules["datasets"] = stand_in
-    try:
-        return importlib.import_module("kvpress")
-    finally:
-        if sys.modules.get("datasets") is stand_in:
-            del sys.modules["datasets"]
-
-
-def resolve_press_class(spec: MethodSpec):
-    """The installed kvpress class for a method, or a clear error naming the installed version."""
-    if spec.press_class is None:
-        return None
-    try:
-        kvpress = import_kvpress()
-    except ImportError as error:
-        raise UnknownMethodError(f"method {spec.name!r} needs kvpress, which is not importable: {error}") from error
-    press_class = getattr(kvpress, spec.press_class, None)
-    if press_class is None:
-        version = getattr(kvpress, "__version__", "unknown")
-        raise UnknownMethodError(
-            f"method {spec.name!r} maps to kvpress.{spec.press_class}, which kvpress {version} does not provide"
-        )
-    return press_class
+def retentions_for(method: str, retentions: list[float], custom_methods: dict | None = None) -> list[float]:
+    """A method that takes no retention (full cache, quantised caches, decoding-time presses) has one cell, at 1.0."""
+    return list(retentions) if get_method(method, custom_methods).takes_retention else [FULL_RETENTION]
 
 
 def resolve_quantization_backend(spec: MethodSpec) -> str | None:
@@ -153,11 +126,11 @@ def _quantized_cache_options(name: str, kwargs: dict | None) -> dict:
     return options
 
 
-def cache_factory_for(name: str, model, kwargs: dict | None = None):
+def cache_factory_for(name: str, model, kwargs: dict | None = None, custom_methods: dict | None = None):
     """A zero-argument function making the empty KV cache a method generates with."""
     from transformers import DynamicCache, QuantizedCache
 
-    spec = get_method(name)
+    spec = get_method(name, custom_methods)
     if spec.kv_cache_bits is None:
         return DynamicCache
     resolve_quantization_backend(spec)
@@ -176,11 +149,25 @@ def cache_factory_for(name: str, model, kwargs: dict | None = None):
     return make_quantized_cache
 
 
-def build_press(name: str, retention: float, kwargs: dict | None = None, seed: int | None = None):
+
+def apply_retention(built, compression_ratio: float) -> None:
+    """Set the fraction dropped on a built press, as kvpress's ``evaluation/evaluate.py`` sets it."""
+    kvpress = import_kvpress()
+    if isinstance(built, kvpress.ComposedPress):
+        for component in built.presses:
+            apply_retention(component, compression_ratio)
+    elif isinstance(built, kvpress.ThinKPress):
+        built.key_channel_compression_ratio = compression_ratio
+    elif isinstance(built, kvpress.DuoAttentionPress):
+        built.head_compression_ratio = compression_ratio
+    elif hasattr(built, "compression_ratio"):
+        built.compression_ratio = compression_ratio
+
+
+def build_press(name: str, retention: float, kwargs: dict | None = None, seed: int | None = None, custom_methods: dict | None = None, workdir: str = "."):
     """Instantiate the press for a method at a retention, or ``None`` when the method has no press."""
-    spec = get_method(name)
-    press_class = resolve_press_class(spec)
-    if press_class is None:
+    spec = get_method(name, custom_methods)
+    if spec.construction is None:
         if retention != FULL_RETENTION:
             raise ValueError(f"{name} keeps the whole cache; its retention must be 1.0, got {retention}")
         if spec.kv_cache_bits is not None:
@@ -189,35 +176,47 @@ def build_press(name: str, retention: float, kwargs: dict | None = None, seed: i
         elif kwargs:
             raise UnknownMethodError(f"method {name!r} takes no kwargs, got {sorted(kwargs)}")
         return None
-    options = {**spec.default_kwargs, **(kwargs or {})}
-    accepted = {f.name for f in dataclasses.fields(press_class)}
-    if "seed" in accepted and "seed" not in options and seed is not None:
-        options["seed"] = seed
-    unknown = sorted(set(options) - accepted)
-    if unknown:
-        raise UnknownMethodError(
-            f"method {name!r} ({spec.press_class}) does not accept {unknown}; accepted: {sorted(accepted)}"
-        )
-    return press_class(compression_ratio=compression_ratio_for(retention), **options)
+    if not spec.takes_retention and retention != FULL_RETENTION:
+        raise ValueError(f"{name} takes no retention (its budget is in its kwargs); its retention must be 1.0, got {retention}")
+    try:
+        kvpress_import = import_kvpress()
+    except ImportError as error:
+        raise UnknownMethodError(f"method {name!r} needs kvpress, which is not importable: {error}") from error
+    options = dict(kwargs or {})
+    try:
+        built = build(spec.construction, options, workdir)
+    except ValueError as error:
+        raise UnknownMethodError(f"method {name!r}: {error}") from error
+    if seed is not None and "seed" not in options and hasattr(built, "seed") and built.seed is None:
+        built.seed = seed
+    if spec.takes_retention:
+        apply_retention(built, compression_ratio_for(retention))
+    assert isinstance(built, kvpress_import.BasePress)
+    return built
 
 
-def attention_implementation_for(method: str, configured: str) -> str:
-    return "eager" if get_method(method).requires_eager_attention else configured
+def press_construction(built) -> dict | None:
+    """What a record says was run: the press's class tree with every argument (None: no press)."""
+    return construction_of(built)
 
 
-def doctor() -> list[dict]:
-    """Which methods resolve against the installed kvpress (the ``doctor`` rule prints this)."""
+def attention_implementation_for(method: str, configured: str, custom_methods: dict | None = None) -> str:
+    return "eager" if get_method(method, custom_methods).requires_eager_attention else configured
+
+
+def doctor(custom_methods: dict | None = None) -> list[dict]:
+    """Which methods resolve against the installed kvpress: each construction built at retention 0.5."""
     rows = []
-    for spec in METHODS.values():
+    for spec in all_methods(custom_methods).values():
         try:
-            press_class = resolve_press_class(spec)
             backend = resolve_quantization_backend(spec)
-            status = "ok"
             if backend is not None:
                 target = f"transformers.QuantizedCache({spec.kv_cache_bits}-bit, {backend})"
             else:
-                target = "(no press)" if press_class is None else f"kvpress.{press_class.__name__}"
-        except UnknownMethodError as error:
+                build_press(spec.name, 0.5 if spec.takes_retention else FULL_RETENTION, custom_methods=custom_methods)
+                target = describe(spec.construction)
+            status = "ok"
+        except (UnknownMethodError, TypeError, ValueError, AssertionError) as error:
             status, target = "missing", str(error)
-        rows.append({"method": spec.name, "label": spec.label, "status": status, "press": target})
+        rows.append({"method": spec.name, "label": spec.label, "status": status, "press": target, "family": spec.family})
     return rows

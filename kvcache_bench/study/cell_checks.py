@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, build_press, get_method
+from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, get_method
 from kvcache_bench.study.cells import setting_slug
 from kvcache_bench.study.prompts import KNOWN_TASKS
 
@@ -41,13 +41,16 @@ class Cell:
         )
 
 
-def problems_with(cell: Cell) -> list[str]:
-    """Everything wrong with a target, judged from the config alone (no kvpress import: it is cheap)."""
+def problems_with(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None) -> list[str]:
+    """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
+    from the method's measured properties (its check job's output, ``generation.method_properties``)."""
     problems = []
     try:
-        spec = get_method(cell.method)
+        spec = get_method(cell.method, custom_methods)
     except UnknownMethodError as error:
         return [str(error)]
+    if measured is not None:
+        problems += measured_problems(cell, measured)
     if cell.task not in KNOWN_TASKS:
         problems.append(f"unknown task {cell.task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
     if cell.question_mode not in QUESTION_MODES:
@@ -61,7 +64,7 @@ def problems_with(cell: Cell) -> list[str]:
             f"batch size {cell.batch_size} already decodes its padded batch together; "
             f"decode batch size {cell.decode_batch_size} applies to batch size 1 only"
         )
-    if spec.evicts and cell.batch_size > 1:
+    if spec.evicts and cell.batch_size > 1 and measured is None:  # the declared cross-check, at parse time
         problems.append(
             f"{spec.label} evicts cache entries and batch size is {cell.batch_size}: left padding would be "
             "scored alongside the prompt (the padding collapse). Use batch size 1 for eviction methods; "
@@ -74,29 +77,40 @@ def problems_with(cell: Cell) -> list[str]:
     return problems
 
 
-def problems_of(fields: dict) -> list[str]:
+def measured_problems(cell: Cell, measured: dict) -> list[str]:
+    """Refusals from what the method was measured to do, so that a custom press is judged like a built-in one."""
+    problems = []
+    if measured.get("needs_hub_data"):
+        problems.append(f"{cell.method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}")
+    elif measured.get("status") == "fails":
+        problems.append(f"{cell.method} fails on a tiny model: {measured.get('error')}")
+    changes_slots = [what for what in ("removes_tokens", "masks_slots") if measured.get(what)]
+    if changes_slots and cell.batch_size > 1:
+        share = measured.get("padded_row_pad_share")
+        measured_share = f" (measured: {share:.0%} of the padded row's kept slots were pads)" if share is not None else ""
+        problems.append(
+            f"{cell.method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {cell.batch_size}: "
+            f"left padding would be scored alongside the prompt{measured_share}. Use batch size 1."
+        )
+    if measured.get("masks_slots") and cell.decode_batch_size > 1:
+        problems.append(
+            f"{cell.method} masks slots, and kvpress keeps the masks on the model for one sequence at a time: "
+            f"decode batch size {cell.decode_batch_size} would apply one example's masks to another. Use decode batch size 1."
+        )
+    if measured.get("compresses_while_decoding"):
+        problems.append(
+            f"{cell.method} compresses while decoding, through hooks this engine does not keep while it decodes: "
+            "its cells would measure no compression at all"
+        )
+    return problems
+
+
+def problems_of(fields: dict, custom_methods: dict | None = None) -> list[str]:
     """``problems_with`` for a cell given as a dict of its fields (what kvcache_bench.study.cells passes)."""
-    return problems_with(Cell(**fields))
+    return problems_with(Cell(**fields), custom_methods)
 
 
-def check_cell(cell: Cell) -> None:
-    problems = problems_with(cell)
+def check_cell(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None) -> None:
+    problems = problems_with(cell, custom_methods, measured)
     if problems:
         raise ConfigCheckError(f"refused target {cell.target}:\n" + "\n".join(f"  - {p}" for p in problems))
-
-
-def check_methods_resolve(methods: list[str], method_kwargs: dict, retention: float = 0.5) -> dict[str, str]:
-    """Instantiate each configured method's press with its kwargs against the installed kvpress, once.
-
-    Raises ``ConfigCheckError`` naming every method that does not resolve, before any GPU job starts.
-    """
-    resolved, failures = {}, []
-    for method in methods:
-        try:
-            press = build_press(method, retention if get_method(method).evicts else FULL_RETENTION, method_kwargs.get(method))
-            resolved[method] = type(press).__name__ if press is not None else "(full cache)"
-        except (UnknownMethodError, TypeError, ValueError, AssertionError) as error:
-            failures.append(f"  - {method}: {error}")
-    if failures:
-        raise ConfigCheckError("methods that do not resolve against the installed kvpress:\n" + "\n".join(failures))
-    return resolved

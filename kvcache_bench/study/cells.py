@@ -99,7 +99,7 @@ def requested_cells(config: dict) -> list[dict]:
         for model in config["models"]
         for method in config["methods"]
         for mode in config["question_modes"]
-        for retention in retentions_for(method, config["retentions"])
+        for retention in retentions_for(method, config["retentions"], config.get("custom_methods"))
         for batch_size in batch_sizes_for(config, method)
         for decode_batch_size in decode_batch_sizes_for(config, batch_size)
         if batch_size == decode_batch_size == 1 or config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE
@@ -167,7 +167,7 @@ def requested_perf_cells(config: dict) -> list[dict]:
         for model in config["models"]
         if config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE  # the perf pass times this engine's steps
         for method in perf.get("methods") or config["methods"]
-        for retention in retentions_for(method, perf.get("retentions") or config["retentions"])
+        for retention in retentions_for(method, perf.get("retentions") or config["retentions"], config.get("custom_methods"))
         for batch_size in perf["batch_sizes"]
         for context in perf["context_lengths"]
     ]
@@ -185,7 +185,7 @@ def _worker_of(config: dict, cell: dict) -> str | None:
     if not config["generation"].get("model_workers"):
         return None
     model = config["models"][cell["model"]]
-    return f"{cell['model']} ({attention_implementation_for(cell['method'], model['attn_implementation'])} attention)"
+    return f"{cell['model']} ({attention_implementation_for(cell['method'], model['attn_implementation'], config.get('custom_methods'))} attention)"
 
 
 def plan_jobs(config: dict, study_cells: list[dict], perf_cells: list[dict]) -> list[dict]:

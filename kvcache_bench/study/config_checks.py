@@ -14,7 +14,7 @@ import os
 import re
 from pathlib import Path
 
-from kvcache_bench.methods.registry import METHODS
+from kvcache_bench.methods.custom import custom_method_problems, known_names
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
 from kvcache_bench.study.press_values import method_kwargs_value_problems
 
@@ -30,10 +30,10 @@ def method_kwargs_problems(config: dict) -> list[str]:
     """kwargs under a name no method has are never used (a typo runs the method with kvpress's defaults): refuse
     them, and compression_ratio. kwargs of a known method this study does not run are harmless and allowed."""
     configured = list(dict.fromkeys(list(config["methods"]) + list((config.get("perf") or {}).get("methods") or [])))
-    problems = []
+    problems, known = [], known_names(config)
     for name, kwargs in (config.get("method_kwargs") or {}).items():
-        if name not in METHODS:
-            close = difflib.get_close_matches(name, configured, n=1) or difflib.get_close_matches(name, list(METHODS), n=1)
+        if name not in known:
+            close = difflib.get_close_matches(name, configured, n=1) or difflib.get_close_matches(name, known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             problems.append(
                 f"method_kwargs names {name!r}, which is not a method (this study runs: {', '.join(configured)}); "
@@ -189,6 +189,7 @@ def made_model_path_problems(models: dict) -> list[str]:
 def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
     return (
         method_kwargs_problems(config)
+        + custom_method_problems(config, workdir)
         + model_path_problems(config["models"], workdir)
         + made_model_path_problems(config["models"])
         + dataset_path_problems(config["datasets"], workdir)

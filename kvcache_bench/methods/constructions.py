@@ -1,0 +1,183 @@
+"""A press as data: a class and its keyword arguments (inner presses included), built only when a job runs.
+
+The registry writes each method as a tree of ``Construction`` nodes so that it reads like kvpress's own
+``evaluation/evaluate_registry.py`` and can be listed, documented and checked without importing kvpress.
+``construction_of`` goes the other way: from a built press to the tree of classes and arguments it holds,
+which every prediction record carries.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+from dataclasses import dataclass, field
+
+from kvcache_bench.methods.kvpress_import import import_kvpress
+
+
+class PressImportError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Construction:
+    """``press`` is a kvpress class name, ``module:Class``, or ``presses/<file>.py:Class`` (a file in the workflow directory)."""
+
+    press: str
+    kwargs: dict = field(default_factory=dict)  # values may be Constructions, or lists of them
+
+
+def press(name: str, *inner: Construction, **kwargs) -> Construction:
+    """``press("AdaKVPress", press("SnapKVPress"))`` reads as kvpress's ``AdaKVPress(SnapKVPress())``.
+
+    A positional inner press goes to the class's first dataclass field, as Python would pass it.
+    """
+    if inner:
+        kwargs = {"__positional__": list(inner), **kwargs}
+    return Construction(name, kwargs)
+
+
+def load_press_file(path: str, workdir: str):
+    """The module in ``path`` (relative to ``workdir``), refused when the file lies outside it."""
+    root = os.path.realpath(workdir)
+    full = os.path.realpath(os.path.join(root, path))
+    if os.path.commonpath([root, full]) != root:
+        raise PressImportError(f"press file {path!r} is outside the workflow directory {root}")
+    if not os.path.isfile(full):
+        raise PressImportError(f"press file {path!r} does not exist in {root}")
+    module_name = "kvcache_bench_user_press_" + os.path.relpath(full, root).replace(os.sep, "_").removesuffix(".py")
+    spec = importlib.util.spec_from_file_location(module_name, full)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as error:  # a researcher's file: any failure is theirs to see, with its type
+        raise PressImportError(f"press file {path!r} does not import: {type(error).__name__}: {error}") from error
+    return module
+
+
+def press_file_of(name: str) -> str | None:
+    """The workflow-relative file a ``presses/<file>.py:Class`` press lives in; None for a class from a package."""
+    module, _, _ = name.rpartition(":")
+    return module if module.endswith(".py") else None
+
+
+def resolve_class(name: str, workdir: str = "."):
+    """The class a construction names, checked to be a kvpress ``BasePress``."""
+    kvpress = import_kvpress()
+    module_name, _, class_name = name.rpartition(":")
+    if not module_name:
+        found = getattr(kvpress, name, None)
+        if found is None:
+            raise PressImportError(f"kvpress {getattr(kvpress, '__version__', '?')} has no press {name!r}")
+    else:
+        if module_name.endswith(".py"):
+            module = load_press_file(module_name, workdir)
+        else:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as error:
+                raise PressImportError(f"press {name!r}: module {module_name!r} does not import: {error}") from error
+        found = getattr(module, class_name, None)
+        if found is None:
+            raise PressImportError(f"press {name!r}: {module_name} has no class {class_name!r}")
+    if not (isinstance(found, type) and issubclass(found, kvpress.BasePress)):
+        raise PressImportError(f"press {name!r} is not a kvpress BasePress subclass")
+    return found
+
+
+def constructor_fields(press_class) -> list[str]:
+    """The arguments a press's constructor takes, in order (a dataclass's init fields, or a written ``__init__``'s)."""
+    parameters = inspect.signature(press_class).parameters.values()
+    return [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+def build(construction: Construction, overrides: dict | None = None, workdir: str = "."):
+    """Instantiate a construction. Each of ``overrides`` (the config's kwargs) goes to the outermost press in
+    the tree that takes it, so ``expected_attention: {n_future_positions: 64}`` reaches the scorer inside AdaKV."""
+    built, unused = _build(construction, dict(overrides or {}), workdir)
+    if unused:
+        raise PressImportError(f"no press in {describe(construction)} accepts {sorted(unused)}")
+    return built
+
+
+def _build(construction: Construction, overrides: dict, workdir: str):
+    press_class = resolve_class(construction.press, workdir)
+    accepted = constructor_fields(press_class)
+    for key in construction.kwargs:
+        if key != "__positional__" and key not in accepted:
+            raise PressImportError(f"{press_class.__name__} does not accept {key!r}; accepted: {accepted}")
+    own = {key: value for key, value in overrides.items() if key in accepted}
+    rest = {key: value for key, value in overrides.items() if key not in accepted}
+    kwargs = {}
+    for key, value in {**construction.kwargs, **own}.items():
+        if key == "__positional__":
+            for position, inner in enumerate(value):
+                kwargs[accepted[position]], rest = _built(inner, rest, workdir)
+        else:
+            kwargs[key], rest = _built(value, rest, workdir)
+    return press_class(**kwargs), rest
+
+
+def _built(value, overrides: dict, workdir: str):
+    if isinstance(value, Construction):
+        return _build(value, overrides, workdir)
+    if isinstance(value, list) and value and all(isinstance(v, Construction) for v in value):
+        built = []
+        for item in value:
+            press, overrides = _build(item, overrides, workdir)
+            built.append(press)
+        return built, overrides
+    return value, overrides
+
+
+def _described(value):
+    if isinstance(value, import_kvpress().BasePress):
+        return construction_of(value)
+    if isinstance(value, (list, tuple)):
+        return [_described(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return f"<{type(value).__name__}>"  # tensors and models: their presence, not their bytes
+
+
+def construction_of(built) -> dict | None:
+    """The class tree and every constructor argument of a built press (defaults included), as JSON."""
+    if built is None:
+        return None
+    kind = type(built)
+    arguments = {name: _described(getattr(built, name, None)) for name in constructor_fields(kind) if not name.startswith("_")}
+    return {"class": f"{kind.__module__}.{kind.__qualname__}", "kwargs": arguments}
+
+
+def _text(value) -> str:
+    if isinstance(value, Construction):
+        return describe(value)
+    if isinstance(value, list) and value and all(isinstance(v, Construction) for v in value):
+        return f"[{', '.join(describe(v) for v in value)}]"
+    return repr(value)
+
+
+def describe(construction: Construction | None) -> str:
+    """Python-like text for a construction, as kvpress's registry writes it (docs, doctor)."""
+    if construction is None:
+        return "(no press)"
+    parts = []
+    for key, value in construction.kwargs.items():
+        if key == "__positional__":
+            parts += [_text(v) for v in value]
+        else:
+            parts.append(f"{key}={_text(value)}")
+    return f"{construction.press}({', '.join(parts)})"
+
+
+def classes_in(construction: Construction) -> list[str]:
+    """Every press class a construction names, outermost first."""
+    names = [construction.press]
+    for value in construction.kwargs.values():
+        for item in value if isinstance(value, list) else [value]:
+            for node in item if isinstance(item, list) else [item]:
+                if isinstance(node, Construction):
+                    names += classes_in(node)
+    return names

@@ -1,0 +1,129 @@
+"""A researcher's own methods (the config's ``custom_methods``): checked when the workflow is parsed, and what
+of them each job needs (the settings it builds from, the press files its code hash covers).
+
+``custom_methods.<name> = {press, inner, kwargs, label, takes_retention}``: ``press`` is a kvpress class name,
+an importable ``module:Class``, or ``presses/<file>.py:Class`` inside the workflow directory; ``inner`` names
+the method a wrapper press wraps (a list for ComposedPress).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+
+from kvcache_bench.methods.catalogue import WRAPPER_CLASSES
+from kvcache_bench.methods.constructions import constructor_fields, press_file_of, resolve_class
+from kvcache_bench.methods.registry import METHODS, UnknownMethodError, build_press, did_you_mean
+
+NAME = re.compile(r"^[a-z0-9_]+$")
+
+
+def _inner_names(settings: dict) -> list[str]:
+    inner = settings.get("inner")
+    return [] if inner is None else list(inner) if isinstance(inner, list) else [inner]
+
+
+def methods_needed(name: str, custom_methods: dict | None) -> dict:
+    """The custom settings that building ``name`` reads: its own and its inner methods', nothing else.
+
+    A job's params carry exactly these, so editing one custom method reruns only the cells built from it.
+    """
+    custom_methods = custom_methods or {}
+    needed, pending = {}, [name]
+    while pending:
+        current = pending.pop()
+        if current in custom_methods and current not in needed:
+            needed[current] = custom_methods[current]
+            pending += _inner_names(custom_methods[current])
+    return needed
+
+
+def press_files(name: str, custom_methods: dict | None) -> list[str]:
+    """Workflow-relative files (``presses/<file>.py``) the construction of ``name`` imports."""
+    files = {press_file_of(settings["press"]) for settings in methods_needed(name, custom_methods).values()}
+    return sorted(f for f in files if f)
+
+
+def press_code_hash(name: str, custom_methods: dict | None, workdir: str = ".") -> str:
+    """sha256 over the press files a method is built from ("" for a built-in): part of its jobs' params."""
+    files = press_files(name, custom_methods)
+    if not files:
+        return ""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.encode() + b"\0")
+        with open(os.path.join(workdir, path), "rb") as handle:
+            digest.update(handle.read())
+    return digest.hexdigest()
+
+
+def configured_method_names(config: dict) -> dict[str, list[str]]:
+    """Every place a config names a method, by key."""
+    perf = config.get("perf") or {}
+    return {
+        "methods": list(config.get("methods") or []),
+        "perf.methods": list(perf.get("methods") or []),
+        "batch_size_overrides": list(config.get("batch_size_overrides") or {}),
+    }
+
+
+def known_names(config: dict) -> list[str]:
+    return list(METHODS) + list(config.get("custom_methods") or {})
+
+
+def unknown_method_problems(config: dict) -> list[str]:
+    known = known_names(config)
+    problems = []
+    for key, names in configured_method_names(config).items():
+        for name in names:
+            if name not in known:
+                problems.append(f"{key} names {name!r}, which is no method; {did_you_mean(name, known)}"
+                                "see README's method table or define it under custom_methods")
+    return problems
+
+
+def _settings_problems(name: str, settings: dict, custom_methods: dict, workdir: str) -> list[str]:
+    where = f"custom_methods.{name}"
+    if name in METHODS:
+        return [f"{where} shadows the built-in method {name!r} ({METHODS[name].label}); choose another name"]
+    if not NAME.match(name):
+        return [f"{where}: a method name is lower-case letters, digits and _ (it is part of result paths)"]
+    try:
+        press_class = resolve_class(settings["press"], workdir)
+    except ValueError as error:
+        return [f"{where}.press: {error}"]
+    problems = []
+    accepted = constructor_fields(press_class)
+    unknown = sorted(set(settings.get("kwargs") or {}) - set(accepted))
+    if unknown:
+        problems.append(f"{where}.kwargs: {press_class.__name__} does not take {unknown}; it takes {accepted}")
+    wrapped_field = WRAPPER_CLASSES.get(press_class.__name__)
+    inner = _inner_names(settings)
+    if wrapped_field and not inner:
+        problems.append(f"{where}: {press_class.__name__} wraps another press; name the method it wraps in `inner`")
+    known = list(METHODS) + list(custom_methods)
+    for inner_name in inner:
+        if inner_name == name or name in methods_needed(inner_name, custom_methods):
+            problems.append(f"{where}.inner: {inner_name!r} wraps {name!r} in turn (a cycle)")
+        elif inner_name not in known:
+            problems.append(f"{where}.inner names {inner_name!r}, which is no method; {did_you_mean(inner_name, known)}".rstrip("; "))
+        elif inner_name in METHODS and METHODS[inner_name].construction is None:
+            problems.append(f"{where}.inner: {inner_name!r} has no press to wrap")
+    if problems:
+        return problems
+    try:  # what only building tells: an inner press of a kind the wrapper refuses, a bad kwarg value
+        build_press(name, 0.5 if settings.get("takes_retention", True) else 1.0, custom_methods=custom_methods, workdir=workdir)
+    except (UnknownMethodError, TypeError, ValueError, AssertionError) as error:
+        problems.append(f"{where} does not build: {type(error).__name__}: {error}")
+    return problems
+
+
+def custom_method_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
+    """Everything wrong with ``custom_methods``, and any method name no method has. Imports kvpress only when
+    the config defines custom methods (their classes must be checked against it)."""
+    custom_methods = config.get("custom_methods") or {}
+    problems = []
+    for name, settings in custom_methods.items():
+        problems += _settings_problems(name, settings, custom_methods, str(workdir))
+    return problems + unknown_method_problems(config)

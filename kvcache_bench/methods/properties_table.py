@@ -1,0 +1,44 @@
+"""The methods' measured properties as one table (``snakemake doctor``), read from their check outputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FLAGS = (("removes_tokens", "removes"), ("masks_slots", "masks"), ("prunes_channels", "channels"),
+         ("compresses_while_decoding", "decoding"), ("reads_question", "question"))
+
+
+def verdict(properties: dict) -> str:
+    """Whether this engine runs the method, and if not, why (the per-cell check refuses on the same facts)."""
+    if properties.get("needs_hub_data"):
+        return f"needs data: {properties['needs_hub_data']}"
+    if properties.get("status") == "fails":
+        return f"fails: {properties.get('error')}"
+    if properties.get("compresses_while_decoding"):
+        return "refused: compresses while decoding (this engine decodes without the press's hooks)"
+    return "runs"
+
+
+def runs_offline(properties: dict) -> bool:
+    return verdict(properties) == "runs"
+
+
+def doctor_table(paths: list[str]) -> str:
+    rows = [json.loads(Path(path).read_text()) for path in paths]
+    header = f"{'method':<38} {'family':<16} " + " ".join(f"{short:<8}" for _, short in FLAGS) + f" {'pad share':<9} verdict\n"
+    lines = [header]
+    for row in rows:
+        flags = " ".join(f"{('yes' if row.get(key) else '-'):<8}" for key, _ in FLAGS)
+        share = row.get("padded_row_pad_share")
+        share_text = "-" if share is None else f"{share:.0%}"
+        lines.append(f"{row['method']:<38} {row.get('family', ''):<16} {flags} {share_text:<9} {verdict(row)[:140]}\n")
+    running = sum(runs_offline(row) for row in rows)
+    lines.append(
+        f"\n{running} of {len(rows)} methods run offline here. removes: the cache is shorter; masks: slots hidden, "
+        "cache full size (no memory saved); channels: key channels zeroed (no memory saved); decoding: compresses "
+        "while decoding; question: keeps different context slots for a different question; pad share: on a "
+        "left-padded batch of 2, the share of the padded row's kept slots that are pads (random weights: an "
+        "illustration). Measured by kvcache_bench.generation.method_properties.\n"
+    )
+    return "".join(lines)

@@ -1,0 +1,76 @@
+"""Each method's properties are measured by running it (not declared), and the per-cell check refuses from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from kvcache_bench.generation.method_properties import measure
+from kvcache_bench.study.cell_checks import Cell, problems_with
+
+FLAGS = ("removes_tokens", "masks_slots", "prunes_channels", "compresses_while_decoding")
+
+
+def flags_of(properties):
+    return {flag for flag in FLAGS if properties[flag]}
+
+
+@pytest.mark.parametrize(
+    "method, expected",
+    [
+        ("snapkv", {"removes_tokens"}),
+        ("adakv_snapkv", {"masks_slots"}),  # AdaKV keeps the cache at full size: no memory saved
+        ("think", {"prunes_channels"}),
+        ("decoding_knorm", {"compresses_while_decoding"}),
+        ("full_cache", set()),
+    ],
+)
+def test_what_a_method_does_to_the_cache_is_measured(method, expected):
+    assert flags_of(measure(method)) == expected
+
+
+def test_a_question_reading_press_is_told_from_one_that_ranks_context_alone():
+    assert measure("snapkv")["reads_question"] and not measure("knorm")["reads_question"]
+
+
+def test_a_hub_press_is_refused_before_generation_naming_what_to_provide():
+    properties = measure("qfilter")
+    assert properties["status"] == "needs data" and "q_filters" in properties["needs_hub_data"]
+    cell = Cell("d", "qasper", "m", "qfilter", "question_aware", 0.5, 1)
+    assert any("q_filters" in problem for problem in problems_with(cell, measured=properties))
+
+
+def test_a_custom_press_that_evicts_is_refused_at_prefill_batch_above_one_from_its_measurement():
+    custom = {"value_norm": {"press": "presses/value_norm.py:ValueNormPress"}}
+    properties = measure("value_norm", custom_methods=custom)
+    assert properties["removes_tokens"] and properties["padded_row_pad_share"] is not None
+    batched = Cell("d", "qasper", "m", "value_norm", "question_aware", 0.5, 2)
+    refusals = problems_with(batched, custom, measured=properties)
+    assert any("removes tokens" in p and "padded row" in p for p in refusals), refusals
+    assert problems_with(Cell("d", "qasper", "m", "value_norm", "question_aware", 0.5, 1), custom, measured=properties) == []
+
+
+def test_a_masking_press_is_refused_at_decode_batch_above_one_and_runs_alone():
+    properties = measure("adakv_snapkv")
+    alone = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 1)
+    stacked = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 8)
+    assert problems_with(alone, measured=properties) == []
+    assert any("one example's masks to another" in p for p in problems_with(stacked, measured=properties))
+
+
+def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
+    import json
+
+    from kvcache_bench.methods.properties_table import doctor_table, runs_offline
+    from kvcache_bench.methods.registry import METHODS
+
+    paths = []
+    for name in METHODS:
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(measure(name)))
+        paths.append(str(path))
+    rows = [json.loads(open(p).read()) for p in paths]
+    running = [row["method"] for row in rows if runs_offline(row)]
+    assert len(running) >= 35, running
+    table = doctor_table(paths)
+    assert f"{len(running)} of {len(METHODS)} methods run offline here" in table
+    assert "needs data: QFilterPress.q_filters" in table  # a hub press says what to provide
