@@ -17,6 +17,7 @@ import yaml
 
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
+from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.registry import retentions_for
 from kvcache_bench.study.config_checks import check_study_config, lock_holder_warning, remote_code_warning
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
@@ -52,7 +53,7 @@ wildcard_constraints:
     retention=study.RETENTION_WILDCARD,
     batch_size=r"\d+",
     decode_batch_size=r"\d+",
-    question_mode="question_aware|question_agnostic",
+    question_mode="|".join(QUESTION_MODES),
     method=r"[a-z0-9_]+",
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",

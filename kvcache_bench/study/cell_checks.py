@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, build_press, get_method
 from kvcache_bench.study.cells import setting_slug
 from kvcache_bench.study.prompts import KNOWN_TASKS
-
-QUESTION_MODES = ("question_aware", "question_agnostic")
+from kvcache_bench.study.question_modes import QUESTION_MODES
 
 
 class ConfigCheckError(ValueError):
@@ -43,34 +42,42 @@ class Cell:
 
 def problems_with(cell: Cell) -> list[str]:
     """Everything wrong with a target, judged from the config alone (no kvpress import: it is cheap)."""
+    return setting_problems(
+        task=cell.task, method=cell.method, question_mode=cell.question_mode, retention=cell.retention,
+        batch_size=cell.batch_size, decode_batch_size=cell.decode_batch_size,
+    )
+
+
+def setting_problems(*, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int) -> list[str]:
+    """``problems_with`` for what a generation job runs, whatever its dataset and model are called."""
     problems = []
     try:
-        spec = get_method(cell.method)
+        spec = get_method(method)
     except UnknownMethodError as error:
         return [str(error)]
-    if cell.task not in KNOWN_TASKS:
-        problems.append(f"unknown task {cell.task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
-    if cell.question_mode not in QUESTION_MODES:
-        problems.append(f"unknown question mode {cell.question_mode!r}; allowed: {', '.join(QUESTION_MODES)}")
-    if cell.batch_size < 1:
-        problems.append(f"batch size must be >= 1, got {cell.batch_size}")
-    if cell.decode_batch_size < 1:
-        problems.append(f"decode batch size must be >= 1, got {cell.decode_batch_size}")
-    if cell.batch_size > 1 and cell.decode_batch_size > 1:
+    if task not in KNOWN_TASKS:
+        problems.append(f"unknown task {task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
+    if question_mode not in QUESTION_MODES:
+        problems.append(f"unknown question mode {question_mode!r}; allowed: {', '.join(QUESTION_MODES)}")
+    if batch_size < 1:
+        problems.append(f"batch size must be >= 1, got {batch_size}")
+    if decode_batch_size < 1:
+        problems.append(f"decode batch size must be >= 1, got {decode_batch_size}")
+    if batch_size > 1 and decode_batch_size > 1:
         problems.append(
-            f"batch size {cell.batch_size} already decodes its padded batch together; "
-            f"decode batch size {cell.decode_batch_size} applies to batch size 1 only"
+            f"batch size {batch_size} already decodes its padded batch together; "
+            f"decode batch size {decode_batch_size} applies to batch size 1 only"
         )
-    if spec.evicts and cell.batch_size > 1:
+    if spec.evicts and batch_size > 1:
         problems.append(
-            f"{spec.label} evicts cache entries and batch size is {cell.batch_size}: left padding would be "
+            f"{spec.label} evicts cache entries and batch size is {batch_size}: left padding would be "
             "scored alongside the prompt (the padding collapse). Use batch size 1 for eviction methods; "
             "only methods that keep every token (full_cache, kv_quant_*) may batch."
         )
-    if not spec.evicts and cell.retention != FULL_RETENTION:
-        problems.append(f"{spec.label} keeps the whole cache; its retention must be 1.0, not {cell.retention}")
-    if spec.evicts and not 0.0 < cell.retention < 1.0:
-        problems.append(f"{spec.label} retention must be in (0, 1), got {cell.retention}")
+    if not spec.evicts and retention != FULL_RETENTION:
+        problems.append(f"{spec.label} keeps the whole cache; its retention must be 1.0, not {retention}")
+    if spec.evicts and not 0.0 < retention < 1.0:
+        problems.append(f"{spec.label} retention must be in (0, 1), got {retention}")
     return problems
 
 
@@ -80,9 +87,19 @@ def problems_of(fields: dict) -> list[str]:
 
 
 def check_cell(cell: Cell) -> None:
-    problems = problems_with(cell)
+    _refuse(cell.target, problems_with(cell))
+
+
+def check_setting(*, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int) -> None:
+    """``check_cell`` for a job that knows what it runs but not its cell's names (``generation.cell_runner``)."""
+    settings = dict(task=task, method=method, question_mode=question_mode, retention=retention, batch_size=batch_size, decode_batch_size=decode_batch_size)
+    target = f"{task}/{method}/{question_mode}/{setting_slug(retention, batch_size, decode_batch_size)}"
+    _refuse(target, setting_problems(**settings))
+
+
+def _refuse(target: str, problems: list[str]) -> None:
     if problems:
-        raise ConfigCheckError(f"refused target {cell.target}:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise ConfigCheckError(f"refused target {target}:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
 def check_methods_resolve(methods: list[str], method_kwargs: dict, retention: float = 0.5) -> dict[str, str]:

@@ -52,7 +52,7 @@ def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> 
         length = int(mean_tokens * (0.9 + 0.2 * torch.rand((), generator=generator).item()))
         ids = torch.randint(3, vocab_size, (length,), generator=generator).tolist()
         context, question = ids[: length - QUESTION_TOKENS], ids[length - QUESTION_TOKENS :]
-        prompts.append(PromptTokens(context, question, False, length))
+        prompts.append(PromptTokens(context, question))
     return prompts
 
 
@@ -65,7 +65,7 @@ def timed_pass(model, prompts, new_tokens: int, decode_batch: int) -> dict:
     synchronize(model.device)
     start = time.perf_counter()
     generations, path = generate_prefill_one_decode_many(
-        model, prompts, build_press(METHOD, RETENTION, seed=0), True, new_tokens, set(), decode_batch
+        model, prompts, build_press(METHOD, RETENTION, seed=0), "question_aware", new_tokens, set(), decode_batch
     )
     synchronize(model.device)
     seconds = time.perf_counter() - start
@@ -83,9 +83,9 @@ def timed_pass(model, prompts, new_tokens: int, decode_batch: int) -> dict:
 def exact_match_check(model, prompts, new_tokens: int, decode_batch: int) -> dict:
     """fp32: ids from the batch-1 engine (engine.generate_one) vs decode batch ``decode_batch``."""
     press = build_press(METHOD, RETENTION, seed=0)
-    reference = [generate_one(model, p, press, True, new_tokens, set()).token_ids for p in prompts]
+    reference = [generate_one(model, p, press, "question_aware", new_tokens, set()).token_ids for p in prompts]
     generations, path = generate_prefill_one_decode_many(
-        model, prompts, build_press(METHOD, RETENTION, seed=0), True, new_tokens, set(), decode_batch
+        model, prompts, build_press(METHOD, RETENTION, seed=0), "question_aware", new_tokens, set(), decode_batch
     )
     batched = [g.token_ids for g in generations]
     first_mismatch = [

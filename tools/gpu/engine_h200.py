@@ -72,8 +72,8 @@ def run_setting(model, contexts, questions, method, retention, mode, max_new_tok
             generations += generate_shared_context(model, context, context_questions, press, max_new_tokens, set())
         else:
             for question in context_questions:
-                prompt = PromptTokens(context, question, False, len(context) + len(question))
-                generations.append(generate_one(model, prompt, press, True, max_new_tokens, set()))
+                prompt = PromptTokens(context, question)
+                generations.append(generate_one(model, prompt, press, "question_aware", max_new_tokens, set()))
     wall = time.perf_counter() - started
     return {
         "method": method,
