@@ -63,6 +63,7 @@ rule make_ruler_haystack:
         dataset="{dataset}",
         task="{task}",
         prompt_length=ruler_haystack_setting("prompt_length"),
+        questions_per_haystack=ruler_haystack_setting("questions_per_haystack"),
         num_examples=dataset_setting("num_examples"),
         seed=SEED,
         code=package_code("make_ruler_haystack.py"),

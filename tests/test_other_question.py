@@ -209,3 +209,41 @@ def test_heads_of_different_lengths_decode_as_kvpress_masks_them(canary):
             for module in attention:
                 module.masked_key_indices = None
         assert decode_together(model, [prefilled_question(compressed, question, 0.0)], NEW_TOKENS, STOP) == [expected]
+
+
+def facts_at_both_ends(n_documents: int) -> list[dict]:
+    """Documents with two facts, one in the first 15% of the text and one in the last 15%, both asked."""
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+
+    rows = make_synthetic_rows(300, seed=21, min_words=500, max_words=800, facts_per_document=2, questions_per_document=2)
+    chosen = []
+    for first, second in zip(rows[::2], rows[1::2]):
+        where = sorted(r["context"].index(f" is {r['answers'][0]} .") / len(r["context"]) for r in (first, second))
+        if where[0] < 0.15 and where[1] > 0.85:
+            chosen += [first, second]
+    return chosen[: 2 * n_documents]
+
+
+def test_snapkv_answers_the_question_it_saw_and_loses_it_when_it_saw_the_other(canary):
+    """SnapKV keeps what its observation window (the question) attends to; shown the question about the other
+    end of the document, at 10% it keeps that end. Measured on 15 such documents (30 questions): F1 0.99
+    question-aware, 0.84 question-agnostic, 0.74 other-question; these are the first two."""
+    from kvcache_bench.analysis.metrics import score_example
+    from kvcache_bench.canary.report_card import CANARY_DIR, METHOD_KWARGS
+    from kvcache_bench.data.longbench import normalise_rows
+    from kvcache_bench.generation.cell_runner import run_cell
+    from kvcache_bench.generation.loading import ModelSettings
+
+    rows = normalise_rows(facts_at_both_ends(2), "synthetic_qa", None)
+    settings = ModelSettings(path=str(CANARY_DIR), dtype="float32", device="cpu", max_context_tokens=4096)
+
+    def f1(mode):
+        records = run_cell(
+            rows, task="synthetic_qa", model_settings=settings, method="snapkv", retention=0.1, batch_size=1, question_mode=mode,
+            max_new_tokens=8, seed=0, method_kwargs=METHOD_KWARGS["snapkv"], progress=False,
+        )
+        return [score_example("synthetic_qa", r["prediction"], r["references"]) for r in records]
+
+    aware, other = f1("question_aware"), f1("other_question")
+    assert all(score == 1.0 for score in aware)
+    assert min(other) == 0.0 and sum(other) < sum(aware)
