@@ -70,6 +70,9 @@ def all_score_files():
 
 TABLES = ["summary.csv", "summary.md", "per_example.csv"]
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
+# the cost of a changed question needs the mode the press saw it in and the mode it did not
+if {"question_aware", "other_question"} <= set(config["question_modes"]):
+    FIGURES.append("question_change")
 
 
 def table_files():

@@ -73,7 +73,35 @@ rule figure_batch_size:
         "../scripts/figure_batch_size.py"
 
 
+rule figure_question_change:
+    input:
+        summary=rules.aggregate.output.summary,
+        per_example=rules.aggregate.output.per_example,
+    output:
+        png=report(
+            "results/figures/question_change.png",
+            caption="../report/question_change.rst",
+            category="Figures",
+            subcategory="Quality",
+        ),
+        svg="results/figures/question_change.svg",
+        manifest="results/figures/question_change.png.manifest.json",
+    log:
+        "logs/figures/question_change.log",
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_question_change.py"),
+        title="What a changed question costs: the press saw this question, none, or another",
+        band_alpha=0.15,
+        seed=SEED,
+        n_resamples=10000,
+    script:
+        "../scripts/figure_question_change.py"
+
+
 localrules:
     figure_quality_vs_retention,
     figure_paired_scatter,
     figure_batch_size,
+    figure_question_change,
