@@ -220,6 +220,43 @@ def other_question_tokens(prompts: list[PromptTokens], rows: list[dict], partner
     return others
 
 
+def load_cell_generator(
+    model_settings: ModelSettings, *, task: str, method: str, retention: float, mode: QuestionMode, batch_size: int,
+    decode_batch_size: int, max_new_tokens: int, seed: int, method_kwargs: dict | None,
+) -> tuple[object, CellGenerator]:
+    """(tokenizer, generator): the model loaded for ``method``, its press and cache, and the cell's one strategy."""
+    device = pick_device(model_settings.device)
+    tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
+    attention = attention_implementation_for(method, model_settings.attn_implementation)
+    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
+    press = build_press(method, retention, method_kwargs, seed=seed)
+    # Without a press no question is in view: the cache is the context's whichever question was asked before.
+    generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode == QuestionMode.OTHER_QUESTION and press is None else mode
+    quantised = get_method(method).kv_cache_bits is not None
+    strategy = choose_strategy(generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised)
+    log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
+    return tokenizer, CellGenerator(
+        model, press, cache_factory_for(method, model, method_kwargs), generation_mode,
+        strategy, max_new_tokens, stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task),
+        1 if task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, decode_batch_size,
+    )
+
+
+def warm_up(generator: CellGenerator, prompts: list[PromptTokens], others: list[list[int]] | None, chunks: list[list[int]]) -> float:
+    """Seconds of one unmeasured run of the first chunk, on copies of its first prompt.
+
+    The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
+    capture (seconds): measured, it would land on the cell's first examples.
+    """
+    started = time.perf_counter()
+    first, size = chunks[0][0], len(chunks[0])
+    generator.generate([prompts[first]] * size, others and [others[first]] * size)
+    synchronize(generator.model.device)
+    seconds = time.perf_counter() - started
+    log.info("warm-up (unmeasured): %.2fs", seconds)
+    return seconds
+
+
 def run_cell(
     rows: list[dict],
     *,
@@ -253,21 +290,12 @@ def run_cell(
     if mode == QuestionMode.OTHER_QUESTION:
         rows, partner = rows_with_other_questions(rows, seed)
     torch.manual_seed(seed)
-    device = pick_device(model_settings.device)
-    tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
-    attention = attention_implementation_for(method, model_settings.attn_implementation)
-    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
-    kv_bits = get_method(method).kv_cache_bits
-    press = build_press(method, retention, method_kwargs, seed=seed)
-    # Without a press no question is in view: the cache is the context's whichever question was asked before.
-    generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode == QuestionMode.OTHER_QUESTION and press is None else mode
-    strategy = choose_strategy(generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=kv_bits is not None)
-    generator = CellGenerator(
-        model, press, cache_factory_for(method, model, method_kwargs), generation_mode,
-        strategy, max_new_tokens, stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task),
-        1 if task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, decode_batch_size,
+    tokenizer, generator = load_cell_generator(
+        model_settings, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
+        decode_batch_size=decode_batch_size, max_new_tokens=max_new_tokens, seed=seed, method_kwargs=method_kwargs,
     )
-    log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
+    model, strategy, device = generator.model, generator.strategy, generator.model.device
+    kv_bits = get_method(method).kv_cache_bits
 
     prompts = [
         build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
@@ -275,16 +303,7 @@ def run_cell(
     ]
     others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
     chunks = plan_chunks(strategy, prompts, batch_size=batch_size, decode_batch_size=decode_batch_size, others=others)
-    warmup_seconds = 0.0
-    if device.type == "cuda" and chunks:
-        # The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
-        # capture (seconds): run it once, unmeasured, on copies of the first prompt.
-        started = time.perf_counter()
-        first = chunks[0][0]
-        generator.generate([prompts[first]] * len(chunks[0]), others and [others[first]] * len(chunks[0]))
-        synchronize(device)
-        warmup_seconds = time.perf_counter() - started
-        log.info("warm-up (unmeasured): %.2fs", warmup_seconds)
+    warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
     setting = {
         "kv_cache_bits": kv_bits,
         "max_context_tokens": model_settings.max_context_tokens,
