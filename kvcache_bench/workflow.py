@@ -4,7 +4,10 @@ Under Snakemake a script receives the ``snakemake`` object. For debugging outsid
 script takes them on the command line:
 
     python scripts/score.py --input predictions=p.jsonl --output scores=s.jsonl \
-        --params '{"task": "qasper"}' --log /dev/stderr
+        --wildcards '{"task": "qasper"}' --log /dev/stderr
+
+A job's settings are its wildcards (what its output path says) and its params (what the path does not
+say); ``settings_of`` gives both, wildcards typed, so a rule never restates a wildcard as a param.
 """
 
 from __future__ import annotations
@@ -31,11 +34,18 @@ class NamedList(list):
         return self.__dict__.items()
 
 
+# Wildcards that are numbers in every rule that has them (the path spells them as text).
+NUMERIC_WILDCARDS = {"retention": float, "batch_size": int, "decode_batch_size": int, "context": int}
+
+
 class ScriptJob:
-    def __init__(self, input: dict, output: dict, params: dict, log: list[str], threads: int = 1):
+    def __init__(
+        self, input: dict, output: dict, params: dict, log: list[str], threads: int = 1, wildcards: dict | None = None
+    ):
         self.input = NamedList(input)
         self.output = NamedList(output)
         self.params = NamedList(params)
+        self.wildcards = NamedList(wildcards or {})
         self.log = NamedList({f"log{i}": path for i, path in enumerate(log)})
         self.threads = threads
 
@@ -55,11 +65,15 @@ def job_from_argv(argv: list[str] | None = None) -> ScriptJob:
     parser = argparse.ArgumentParser(description="Run a pipeline script outside Snakemake")
     parser.add_argument("--input", action="append", default=[], metavar="NAME=PATH")
     parser.add_argument("--output", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--wildcards", default="{}", help="JSON object of the rule's wildcards")
     parser.add_argument("--params", default="{}", help="JSON object of the rule's params")
     parser.add_argument("--log", default="/dev/stderr")
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
-    return ScriptJob(_pairs(args.input), _pairs(args.output), json.loads(args.params), [args.log], args.threads)
+    return ScriptJob(
+        _pairs(args.input), _pairs(args.output), json.loads(args.params), [args.log], args.threads,
+        json.loads(args.wildcards),
+    )
 
 
 def export_package_path(checkout: str) -> None:
@@ -67,9 +81,20 @@ def export_package_path(checkout: str) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (checkout, os.environ.get("PYTHONPATH")) if p)
 
 
+def wildcards_of(job) -> dict:
+    """The job's wildcards, numbers as numbers."""
+    wildcards = getattr(job, "wildcards", None) or {}
+    return {name: NUMERIC_WILDCARDS.get(name, str)(value) for name, value in wildcards.items()}
+
+
 def params_of(job) -> dict:
-    """The job's params as a plain dict (for manifests and config hashes)."""
-    return {name: value for name, value in job.params.items()}
+    """Everything that decides the job's output, wildcards and params, as a plain dict (manifests, config hashes)."""
+    return {**wildcards_of(job), **{name: value for name, value in job.params.items()}}
+
+
+def settings_of(job) -> NamedList:
+    """``params_of`` with attribute access: ``settings_of(job).task`` whether task is a wildcard or a param."""
+    return NamedList(params_of(job))
 
 
 def current_job(script_globals: dict):

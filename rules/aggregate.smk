@@ -21,6 +21,7 @@ rule aggregate:
         per_example_manifest="results/tables/per_example.csv.manifest.json",
     log:
         "logs/aggregate.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -28,11 +29,7 @@ rule aggregate:
         cells=cells_for_table(),
         expected_n=expected_examples_per_cell(),
         seed=SEED,
-        small_n=30,
-        n_resamples=10000,
+        small_n=config["analysis"]["small_n"],
+        n_resamples=config["analysis"]["bootstrap_resamples"],
     script:
         "../scripts/aggregate.py"
-
-
-localrules:
-    aggregate,

@@ -2,12 +2,14 @@
 # input, so a refused target produces nothing downstream and (with --keep-going) the others go on.
 
 
+# Milliseconds of work each: on a cluster they run in the Snakemake process instead of waiting in the queue.
 rule check_methods:
     output:
         resolved="results/checks/methods.json",
         manifest="results/checks/methods.json.manifest.json",
     log:
         "logs/check_methods.log",
+    localrule: True
     conda:
         "../envs/generate.yaml"
     params:
@@ -25,18 +27,11 @@ rule check_config:
         ok=f"results/checks/{CELL_PATTERN}.ok",
     log:
         f"logs/check_config/{CELL_PATTERN}.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
         code=package_code("check_config.py"),
-        dataset="{dataset}",
-        task="{task}",
-        model="{model}",
-        method="{method}",
-        question_mode="{question_mode}",
-        retention=wildcard_float("retention"),
-        batch_size=wildcard_int("batch_size"),
-        decode_batch_size=wildcard_int("decode_batch_size"),
     script:
         "../scripts/check_config.py"
 
@@ -45,16 +40,10 @@ rule check_config:
 rule doctor:
     log:
         "logs/doctor.log",
+    localrule: True
     conda:
         "../envs/generate.yaml"
     params:
         code=package_code("doctor.py"),
     script:
         "../scripts/doctor.py"
-
-
-# Milliseconds of work each: on a cluster they run in the Snakemake process instead of waiting in the queue.
-localrules:
-    check_methods,
-    check_config,
-    doctor,

@@ -142,34 +142,6 @@ def method_kwargs(wildcards):
     return config["method_kwargs"].get(wildcards.method, {})
 
 
-def dataset_setting(key, default=None):
-    def lookup(wildcards):
-        return config["datasets"][wildcards.dataset].get(key, default)
-
-    return lookup
-
-
-def built_model_setting(key):
-    def lookup(wildcards):
-        return config["models"][wildcards.model]["build"][key]
-
-    return lookup
-
-
-def packaged_model_setting(key):
-    def lookup(wildcards):
-        return config["models"][wildcards.model]["from_package"].get(key)
-
-    return lookup
-
-
-def ruler_haystack_setting(key):
-    def lookup(wildcards):
-        return config["datasets"][wildcards.dataset]["ruler_haystack"][key]
-
-    return lookup
-
-
 def cells_for_table():
     return [study.typed_cell(cell) for cell in STUDY_CELLS]
 
@@ -178,31 +150,10 @@ def expected_examples_per_cell():
     return [study.expected_examples(config, cell) for cell in STUDY_CELLS]
 
 
-def wildcard_float(name):
-    def convert(wildcards):
-        return float(wildcards[name])
-
-    return convert
-
-
-def wildcard_int(name):
-    def convert(wildcards):
-        return int(wildcards[name])
-
-    return convert
-
-
 announce_before_any_job()
 
 
 # ----------------------------------------------------------------------------- probes (rules/probes.smk)
-
-
-def probe_setting(section, key):
-    def lookup(wildcards):
-        return config["probes"][section].get(key)
-
-    return lookup
 
 
 def padding_probe_retention(wildcards):

@@ -13,13 +13,11 @@ rule download_dataset:
         "../envs/data.yaml"
     params:
         code=package_code("download_dataset.py"),
-        dataset="{dataset}",
-        task="{task}",
-        hub_id=dataset_setting("hub_id"),
-        local_path=dataset_setting("local_path"),
-        split=dataset_setting("split"),
-        data_dir=dataset_setting("data_dir"),
-        num_examples=dataset_setting("num_examples"),
+        hub_id=lookup(dpath="datasets/{dataset}/hub_id", within=config, default=None),
+        local_path=lookup(dpath="datasets/{dataset}/local_path", within=config, default=None),
+        split=lookup(dpath="datasets/{dataset}/split", within=config, default=None),
+        data_dir=lookup(dpath="datasets/{dataset}/data_dir", within=config, default=None),
+        num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
         seed=SEED,
     script:
         "../scripts/download_dataset.py"
@@ -37,10 +35,8 @@ rule make_synthetic_dataset:
         "../envs/data.yaml"
     params:
         code=package_code("make_synthetic_dataset.py"),
-        dataset="{dataset}",
-        task="{task}",
-        generator=dataset_setting("synthetic", {}),
-        num_examples=dataset_setting("num_examples"),
+        generator=lookup(dpath="datasets/{dataset}/synthetic", within=config, default={}),
+        num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
         seed=SEED,
     script:
         "../scripts/make_synthetic_dataset.py"
@@ -48,7 +44,7 @@ rule make_synthetic_dataset:
 
 rule make_ruler_haystack:
     input:
-        tokenizer=ruler_haystack_setting("tokenizer"),
+        tokenizer=lookup(dpath="datasets/{dataset}/ruler_haystack/tokenizer", within=config),
     output:
         ruler_layout="results/data/{dataset}/ruler/{task}/test.parquet",
         rows="results/data/{dataset}/{task}.jsonl",
@@ -60,11 +56,9 @@ rule make_ruler_haystack:
     conda:
         "../envs/generate.yaml"
     params:
-        dataset="{dataset}",
-        task="{task}",
-        prompt_length=ruler_haystack_setting("prompt_length"),
-        questions_per_haystack=ruler_haystack_setting("questions_per_haystack"),
-        num_examples=dataset_setting("num_examples"),
+        prompt_length=lookup(dpath="datasets/{dataset}/ruler_haystack/prompt_length", within=config),
+        questions_per_haystack=lookup(dpath="datasets/{dataset}/ruler_haystack/questions_per_haystack", within=config, default=1),
+        num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
         seed=SEED,
         code=package_code("make_ruler_haystack.py"),
     script:

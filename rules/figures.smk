@@ -16,6 +16,7 @@ rule figure_quality_vs_retention:
         manifest="results/figures/quality_vs_retention.png.manifest.json",
     log:
         "logs/figures/quality_vs_retention.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -40,6 +41,7 @@ rule figure_paired_scatter:
         manifest="results/figures/paired_scatter.png.manifest.json",
     log:
         "logs/figures/paired_scatter.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -64,6 +66,7 @@ rule figure_batch_size:
         manifest="results/figures/batch_size.png.manifest.json",
     log:
         "logs/figures/batch_size.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -88,6 +91,7 @@ rule figure_question_change:
         manifest="results/figures/question_change.png.manifest.json",
     log:
         "logs/figures/question_change.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -95,13 +99,6 @@ rule figure_question_change:
         title="What a changed question costs: the press saw this question, none, or another",
         band_alpha=0.15,
         seed=SEED,
-        n_resamples=10000,
+        n_resamples=config["analysis"]["bootstrap_resamples"],
     script:
         "../scripts/figure_question_change.py"
-
-
-localrules:
-    figure_quality_vs_retention,
-    figure_paired_scatter,
-    figure_batch_size,
-    figure_question_change,

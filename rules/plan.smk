@@ -6,6 +6,7 @@
 rule plan:
     log:
         "logs/plan.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
@@ -17,7 +18,3 @@ rule plan:
         gpu_name=PERF["estimate"].get("gpu_name"),
     script:
         "../scripts/plan.py"
-
-
-localrules:
-    plan,

@@ -23,9 +23,8 @@ rule probe_attention_sink:
         gpu=1,
     params:
         code=package_code("probe_attention_sink.py"),
-        task="{task}",
-        model=model_settings,
-        examples=probe_setting("attention_sink", "examples"),
+        model_settings=model_settings,
+        examples=lookup(dpath="probes/attention_sink/examples", within=config, default=None),
         seed=SEED,
     script:
         "../scripts/probe_attention_sink.py"
@@ -47,12 +46,10 @@ rule probe_padding:
         gpu=1,
     params:
         code=package_code("probe_padding.py"),
-        task="{task}",
-        model=model_settings,
-        method="{method}",
+        model_settings=model_settings,
         retention=padding_probe_retention,
-        batch_size=probe_setting("padding", "batch_size"),
-        examples_per_dataset=probe_setting("padding", "examples_per_dataset"),
+        batch_size=lookup(dpath="probes/padding/batch_size", within=config, default=None),
+        examples_per_dataset=lookup(dpath="probes/padding/examples_per_dataset", within=config, default=None),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,

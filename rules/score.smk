@@ -9,14 +9,10 @@ rule score:
         manifest=f"results/scores/{CELL_PATTERN}.jsonl.manifest.json",
     log:
         f"logs/score/{CELL_PATTERN}.log",
+    localrule: True
     conda:
         "../envs/analysis.yaml"
     params:
         code=package_code("score.py"),
-        task="{task}",
     script:
         "../scripts/score.py"
-
-
-localrules:
-    score,

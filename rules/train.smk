@@ -21,7 +21,7 @@ rule train_canary:
         "benchmarks/train_canary.tsv"
     conda:
         "../envs/generate.yaml"
-    threads: 8
+    threads: CANARY_TRAIN_SETTINGS["num_workers"] + 1
     resources:
         gpu=1,
     params:

@@ -2,11 +2,11 @@
 
 from kvcache_bench.io import write_json_atomic
 from kvcache_bench.study.cell_checks import Cell, check_cell
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    p = job.params
+    p = settings_of(job)
     cell = Cell(p.dataset, p.task, p.model, p.method, p.question_mode, p.retention, p.batch_size, p.decode_batch_size)
     check_cell(cell)
     write_json_atomic(job.output.ok, {"target": cell.target, "status": "ok", "params": params_of(job)})

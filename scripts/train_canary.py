@@ -6,6 +6,8 @@ from kvcache_bench.workflow import current_job, logging_to
 
 job = current_job(globals())
 with logging_to(job):
-    settings = TrainSettings.from_dict({**job.params.settings, "num_workers": max(0, int(job.threads) - 1)})
+    # DataLoader workers as the settings ask (the rule's threads = num_workers + 1), fewer if Snakemake gave fewer cores
+    workers = min(job.params.settings.get("num_workers", 0), max(0, int(job.threads) - 1))
+    settings = TrainSettings.from_dict({**job.params.settings, "num_workers": workers})
     record = train_canary(settings, job.output.model_dir)
     print(f"trained the canary for {record['steps_done']} steps in {record['seconds']} s")

@@ -231,7 +231,7 @@ def test_more_examples_asked_than_synthetic_data_has_is_flagged(small_run):
 def test_manifests_show_generation_settings_and_checksums(small_run):
     manifest = json.loads((small_run / f"results/predictions/{SNAPKV}.jsonl.manifest.json").read_text())
     assert manifest["params"]["max_new_tokens"] == 8
-    assert manifest["params"]["model"]["max_context_tokens"] == 4096
+    assert manifest["params"]["model_settings"]["max_context_tokens"] == 4096
     assert manifest["content"]["records"] == 3 and len(manifest["content"]["sha256"]) == 64
     scores = json.loads((small_run / f"results/scores/{SNAPKV}.jsonl.manifest.json").read_text())
     assert scores["predictions_sha256"] == manifest["content"]["sha256"] and scores["content"]["records"] == 3

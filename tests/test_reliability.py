@@ -108,7 +108,7 @@ def test_killed_generate_job_leaves_no_predictions_file(demo_run, tmp_path):
         "task": "synthetic_qa", "method": "snapkv", "retention": 0.5, "batch_size": 1, "decode_batch_size": 1,
         "question_mode": "question_aware",
         "max_new_tokens": 8, "seed": 0, "method_kwargs": {},
-        "model": {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_implementation": "sdpa",
+        "model_settings": {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_implementation": "sdpa",
                   "trust_remote_code": False, "max_context_tokens": 4096, "device": "cpu"},
     }
     process = subprocess.Popen(

@@ -80,7 +80,7 @@ def _env_packages(env_file: str) -> set[str]:
 
 def test_every_rule_script_imports_only_what_its_env_installs():
     rules = _rule_blocks()
-    assert {"generate", "perf", "perf_summary", "figure_perf_itl", "plan", "aggregate", "score"} <= set(rules)
+    assert {"generate", "perf", "perf_summary", "figure_perf", "plan", "aggregate", "score"} <= set(rules)
     assert all(env for env, _ in rules.values()), {r: s for r, (e, s) in rules.items() if not e}
     pinned = _pip_names((REPO / "requirements.txt").read_text().splitlines()) - RUNNER_PACKAGES
     by_env: dict[str, set[str]] = {}

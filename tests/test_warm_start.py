@@ -23,7 +23,7 @@ MODEL = {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_imple
 
 
 def _params(method, retention, warm, key, **extra):
-    return {"code": key, "task": "synthetic_qa", "model": MODEL, "method": method, "retention": retention,
+    return {"code": key, "task": "synthetic_qa", "model_settings": MODEL, "method": method, "retention": retention,
             "batch_size": 1, "decode_batch_size": 1, "question_mode": "question_aware", "max_new_tokens": 8,
             "method_kwargs": extra.pop("method_kwargs", {}), "seed": 3, "warm_start": warm, **extra}
 
@@ -81,7 +81,7 @@ def test_warm_start_is_for_local_cpu_jobs_only(monkeypatch):
     from kvcache_bench.workflow import ScriptJob
 
     def job(device, warm=True):
-        return ScriptJob({}, {}, {"warm_start": warm, "model": {**MODEL, "device": device}}, [])
+        return ScriptJob({}, {}, {"warm_start": warm, "model_settings": {**MODEL, "device": device}}, [])
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)
     assert applies_to(job("cpu")) and not applies_to(job("cpu", warm=False))

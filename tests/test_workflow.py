@@ -107,7 +107,7 @@ def test_every_output_carries_a_manifest(demo_run):
 
 def test_models_load_without_remote_code_and_token_never_written(demo_run):
     manifest = json.loads(next((demo_run / "results/predictions").rglob("*.manifest.json")).read_text())
-    assert manifest["params"]["model"]["trust_remote_code"] is False
+    assert manifest["params"]["model_settings"]["trust_remote_code"] is False
     for path in [*demo_run.joinpath("results").rglob("*"), *demo_run.joinpath("logs").rglob("*"), *demo_run.joinpath(".snakemake/log").rglob("*")]:
         if path.is_file():
             assert FAKE_HF_TOKEN not in path.read_bytes().decode(errors="ignore"), path

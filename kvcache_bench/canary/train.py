@@ -140,6 +140,91 @@ def _previous_run(init_from: str | Path) -> dict:
     }
 
 
+def _start_model(settings: TrainSettings, tokenizer, device: torch.device, init_from: str | Path | None):
+    """The model to train (on ``device``) and the earlier run it continues, if any."""
+    model = build_canary_model(settings, tokenizer)
+    previous = None
+    if init_from is not None:
+        from safetensors.torch import load_file
+
+        previous = _previous_run(init_from)
+        model.load_state_dict(load_file(Path(init_from) / "model.safetensors"), strict=False)  # tied lm_head is not stored
+        if previous["steps_done"] >= settings.steps:
+            raise ValueError(f"{init_from} already ran {previous['steps_done']} steps; settings.steps is {settings.steps}")
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device).train(), previous
+
+
+class _ProgressWindow:
+    """Loss and answer accuracy averaged since the last log line, and the step time they imply."""
+
+    def __init__(self):
+        self.loss, self.accuracy, self.count, self.start = 0.0, 0.0, 0, time.perf_counter()
+
+    def add(self, loss: torch.Tensor, accuracy: torch.Tensor) -> None:
+        self.loss, self.accuracy, self.count = self.loss + loss.detach(), self.accuracy + accuracy.detach(), self.count + 1
+
+    def entry(self, step: int, learning_rate: float, curriculum_tokens: int, input_ids: torch.Tensor, started: float) -> dict:
+        mean_loss = float(self.loss) / self.count
+        if not math.isfinite(mean_loss):
+            raise FloatingPointError(f"loss became {mean_loss} by step {step}")
+        return {
+            "step": step,
+            "loss": round(mean_loss, 4),
+            "answer_accuracy": round(float(self.accuracy) / self.count, 4),
+            "lr": learning_rate,
+            "curriculum_tokens": curriculum_tokens,
+            "sequence_tokens": int(input_ids.shape[1]),
+            "sequences": int(input_ids.shape[0]),
+            "ms_per_step": round(1000 * self.seconds_per_step(), 1),
+            "elapsed_s": round(time.perf_counter() - started, 1),
+        }
+
+    def seconds_per_step(self) -> float:
+        return (time.perf_counter() - self.start) / self.count
+
+
+def _fit_decay_to_budget(schedule: Schedule, settings: TrainSettings, done: int, elapsed: float, budget: float, step_s: float) -> None:
+    """Once ``decay_fraction`` of the budget is left, decay over the steps the recent step time says still fit."""
+    if schedule.decay_start > done and elapsed >= (1 - settings.decay_fraction) * budget:
+        steps_left = int((budget - elapsed) / step_s)
+        schedule.decay_start, schedule.decay_end = done, min(settings.steps, done + max(1, steps_left))
+        log.info("step %d: %.0f s of the budget left, decaying over %d steps", done, budget - elapsed, steps_left)
+
+
+def _training_record(settings, model, device, time_budget_s, previous, curriculum, schedule) -> dict:
+    """training_log.json as it starts: what is trained, where, and from what; history is appended as it runs."""
+    first_step = previous["steps_done"] if previous else 0
+    return {
+        "settings": asdict(settings),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "time_budget_s": time_budget_s,
+        "init_from": previous,
+        "first_step": first_step,
+        "history": [],
+        "curriculum_stages": [],
+        "curriculum_stage": curriculum.stage,
+        "schedule": asdict(schedule),
+        "steps_done": first_step,
+        "finished": False,
+        "stopped_by_time_limit": False,
+    }
+
+
+def _train_step(model, optimizer, input_ids: torch.Tensor, labels: torch.Tensor, settings: TrainSettings):
+    """One optimizer step on the answer tokens' loss; returns (loss, answer accuracy) as device tensors."""
+    with torch.autocast(input_ids.device.type, dtype=torch.bfloat16, enabled=settings.bf16_autocast):
+        loss, accuracy = answer_loss(model, input_ids, labels)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
+    optimizer.step()
+    return loss, accuracy
+
+
 def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: float | None = None, init_from: str | Path | None = None) -> dict:
     """Train the canary into ``out_dir`` (config, tokenizer, model.safetensors, training_log.json).
 
@@ -159,22 +244,11 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
 
     tokenizer = canary_tokenizer()
     vocab = Vocabulary(tokenizer)
-    model = build_canary_model(settings, tokenizer)
-    previous = None
-    if init_from is not None:
-        from safetensors.torch import load_file
-
-        previous = _previous_run(init_from)
-        model.load_state_dict(load_file(Path(init_from) / "model.safetensors"), strict=False)  # tied lm_head is not stored
-    model = model.to(device).train()
+    model, previous = _start_model(settings, tokenizer, device, init_from)
     first_step = previous["steps_done"] if previous else 0
-    if first_step >= settings.steps:
-        raise ValueError(f"{init_from} already ran {first_step} steps; settings.steps is {settings.steps}")
     curriculum = Curriculum(settings, previous["curriculum_stage"] if previous else 0)
     schedule = Schedule.for_steps(settings, first_step)
     tokenizer.save_pretrained(out)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=settings.betas, weight_decay=settings.weight_decay)
     loader = torch.utils.data.DataLoader(
@@ -184,24 +258,8 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         pin_memory=device.type == "cuda",
         prefetch_factor=2 if settings.num_workers else None,
     )
-    n_parameters = sum(p.numel() for p in model.parameters())
-    record = {
-        "settings": asdict(settings),
-        "parameters": n_parameters,
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__,
-        "time_budget_s": time_budget_s,
-        "init_from": previous,
-        "first_step": first_step,
-        "history": [],
-        "curriculum_stages": [],
-        "curriculum_stage": curriculum.stage,
-        "schedule": asdict(schedule),
-        "steps_done": first_step,
-        "finished": False,
-        "stopped_by_time_limit": False,
-    }
-    log.info("canary: %d parameters, steps %d.. on %s, curriculum at %d tokens", n_parameters, first_step, record["device"], curriculum.length)
+    record = _training_record(settings, model, device, time_budget_s, previous, curriculum, schedule)
+    log.info("canary: %d parameters, steps %d.. on %s, curriculum at %d tokens", record["parameters"], first_step, record["device"], curriculum.length)
 
     def save(done: int) -> None:
         record["steps_done"], record["curriculum_stage"], record["schedule"] = done, curriculum.stage, asdict(schedule)
@@ -209,55 +267,33 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         _save_weights(model, out)
         _write_log(out, record)
 
-    window = {"loss": 0.0, "accuracy": 0.0, "count": 0, "start": time.perf_counter()}
-    recent_step_s = None
-    done = first_step
+    window, recent_step_s, done = _ProgressWindow(), None, first_step
     for batch in loader:
         step = batch["step"]
         learning_rate = schedule.at(step)
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
         input_ids = batch["input_ids"].to(device, non_blocking=True)
-        labels = batch["labels"].to(device, non_blocking=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=settings.bf16_autocast):
-            loss, accuracy = answer_loss(model, input_ids, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), settings.grad_clip)
-        optimizer.step()
+        loss, accuracy = _train_step(model, optimizer, input_ids, batch["labels"].to(device, non_blocking=True), settings)
         done = step + 1
-        window["loss"] += loss.detach()
-        window["accuracy"] += accuracy.detach()
-        window["count"] += 1
+        window.add(loss, accuracy)
         # The gate needs this step's accuracy on the host: a sync per step, cheap next to the step itself.
         if curriculum.observe(batch["stage_length"], batch["at_stage_length"], float(accuracy)):
             record["curriculum_stages"].append({"step": done, "length": curriculum.length, "elapsed_s": round(time.perf_counter() - started, 1)})
             log.info("step %d: curriculum opens %d-token sequences", done, curriculum.length)
         if done % settings.log_every == 0 or done == settings.steps:
-            mean_loss = float(window["loss"]) / window["count"]
-            if not math.isfinite(mean_loss):
+            try:
+                entry = window.entry(done, learning_rate, curriculum.length, input_ids, started)
+            except FloatingPointError:
                 save(done)
-                raise FloatingPointError(f"loss became {mean_loss} by step {done}")
-            recent_step_s = (time.perf_counter() - window["start"]) / window["count"]
-            entry = {
-                "step": done,
-                "loss": round(mean_loss, 4),
-                "answer_accuracy": round(float(window["accuracy"]) / window["count"], 4),
-                "lr": learning_rate,
-                "curriculum_tokens": curriculum.length,
-                "sequence_tokens": int(input_ids.shape[1]),
-                "sequences": int(input_ids.shape[0]),
-                "ms_per_step": round(1000 * recent_step_s, 1),
-                "elapsed_s": round(time.perf_counter() - started, 1),
-            }
+                raise
+            recent_step_s = window.seconds_per_step()
             record["history"].append(entry)
             print(json.dumps(entry), flush=True)
-            window = {"loss": 0.0, "accuracy": 0.0, "count": 0, "start": time.perf_counter()}
+            window = _ProgressWindow()
         elapsed = time.perf_counter() - started
-        if time_budget_s and recent_step_s and schedule.decay_start > done and elapsed >= (1 - settings.decay_fraction) * time_budget_s:
-            steps_left = int((time_budget_s - elapsed) / recent_step_s)
-            schedule.decay_start, schedule.decay_end = done, min(settings.steps, done + max(1, steps_left))
-            log.info("step %d: %.0f s of the budget left, decaying over %d steps", done, time_budget_s - elapsed, steps_left)
+        if time_budget_s and recent_step_s:
+            _fit_decay_to_budget(schedule, settings, done, elapsed, time_budget_s, recent_step_s)
         over_time = time_budget_s is not None and elapsed > 1.05 * time_budget_s
         if done % settings.checkpoint_every == 0 or over_time:
             save(done)

@@ -11,8 +11,9 @@ then are the compressed caches stacked into one batch cache for greedy decoding:
     mask (see ``_layer_masked_attention``);
   * each row's new tokens sit at RoPE positions continuing at that example's ORIGINAL prompt length, not
     at the padded or compressed cache length;
-  * a row stops on its own stop token or length limit; a finished row decodes on with the batch until every
-    row has stopped (its extra tokens are discarded), so it changes nothing, though it still costs its share.
+  * a row stops on its own stop token or length limit; a finished row stays in the batch (the step's shapes,
+    and so a captured CUDA graph, stay fixed) and decodes on, ignored, until every row has stopped: its own
+    tokens are not changed, but it costs its share of each step (docs/fast-decode.md).
 
 Greedy token ids equal the batch-1 engine's (``tests/test_batched_decode.py``). Caches that cannot be
 stacked (a quantised cache, a press that masks keys per head) fall back to batch-1 decoding, and the

@@ -16,21 +16,21 @@ from kvcache_bench.generation.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.study.config_checks import remote_code_warning
-from kvcache_bench.workflow import logging_to, params_of
+from kvcache_bench.workflow import logging_to, params_of, settings_of
 
 
 def run_generate_job(job) -> None:
     with logging_to(job):
         pin_gpus_for_job(job)  # first: CUDA reads CUDA_VISIBLE_DEVICES once, when it starts
-        p = job.params
+        p = settings_of(job)
         data = verify_against_manifest(job.input.rows)
-        if warning := remote_code_warning(p.model):
+        if warning := remote_code_warning(p.model_settings):
             logging.getLogger("kvcache_bench").warning(warning)
         torch.set_num_threads(max(1, int(job.threads)))
         records = run_cell(
             read_jsonl(job.input.rows),
             task=p.task,
-            model_settings=ModelSettings(**p.model),
+            model_settings=ModelSettings(**p.model_settings),
             method=p.method,
             retention=p.retention,
             batch_size=p.batch_size,

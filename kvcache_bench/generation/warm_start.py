@@ -47,7 +47,7 @@ def applies_to(job) -> bool:
     """Warm start is asked for, the model runs on the CPU, and no cluster scheduler runs this job."""
     return (
         bool(getattr(job.params, "warm_start", False))  # off when a command line leaves it out
-        and str(job.params.model["device"]).startswith("cpu")
+        and str(job.params.model_settings["device"]).startswith("cpu")
         and not any(os.environ.get(name) for name in SCHEDULER_JOB_VARIABLES)
     )
 
@@ -97,6 +97,7 @@ def _job_as_dict(job) -> dict:
         "input": {name: value for name, value in job.input.items()},
         "output": {name: value for name, value in job.output.items()},
         "params": {name: value for name, value in job.params.items()},
+        "wildcards": {name: value for name, value in job.wildcards.items()},
         "log": [str(path) for path in job.log],
         "threads": int(job.threads),
     }
