@@ -96,3 +96,15 @@ def test_other_question_cell_uses_contexts_with_two_questions_and_names_the_othe
         assert record["kept_context_slots"] <= record["kept_tokens"] == pytest.approx(record["pressed_tokens"] // 2, abs=1)
     agnostic = cell(rows, demo_model, "question_agnostic")
     assert all(r["kept_context_slots"] == r["kept_tokens"] and r["other_question_id"] is None for r in agnostic)
+
+
+def test_same_question_is_other_question_with_this_question_in_view(rows, demo_model):
+    """The control of the other-question mode: every row can be in it, and a press that reads no query (StreamingLLM
+    keeps the first and last slots) cannot tell the two apart when the questions are as long (synthetic ones are)."""
+    same = cell(rows, demo_model, "same_question", method="streaming_llm")
+    other = cell(rows, demo_model, "other_question", method="streaming_llm")
+    assert [r["other_question_id"] for r in same] == [r["id"] for r in same] == [r["_id"] for r in rows]
+    assert [r["prediction"] for r in same] == [r["prediction"] for r in other]
+    assert [r["kept_context_slots"] for r in same] == [r["kept_context_slots"] for r in other]
+    snapkv_same = cell(rows, demo_model, "same_question")
+    assert all(r["pressed_tokens"] == r["prompt_tokens"] - 1 and r["kept_context_slots"] < r["kept_tokens"] for r in snapkv_same)

@@ -242,6 +242,7 @@ QUESTION_MODE_STYLES = {
     "question_aware": {"color": "#0072B2", "marker": "o"},
     "question_agnostic": {"color": "#999999", "marker": "s"},
     "other_question": {"color": "#D55E00", "marker": "^"},
+    "same_question": {"color": "#009E73", "marker": "D"},
 }
 
 

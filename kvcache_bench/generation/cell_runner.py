@@ -72,7 +72,7 @@ def choose_strategy(mode: QuestionMode, *, batch_size: int, decode_batch_size: i
     """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations)."""
     if batch_size > 1:
         return Strategy.PADDED_BATCH
-    if mode == QuestionMode.OTHER_QUESTION:
+    if mode.removes_the_question_it_showed:
         return Strategy.OTHER_QUESTION
     question_aware = mode == QuestionMode.QUESTION_AWARE
     if decode_batch_size > 1 and (question_aware or not quantised_cache):
@@ -231,7 +231,7 @@ def load_cell_generator(
     model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
     press = build_press(method, retention, method_kwargs, seed=seed)
     # Without a press no question is in view: the cache is the context's whichever question was asked before.
-    generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode == QuestionMode.OTHER_QUESTION and press is None else mode
+    generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode.removes_the_question_it_showed and press is None else mode
     quantised = get_method(method).kv_cache_bits is not None
     strategy = choose_strategy(generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised)
     log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
@@ -289,6 +289,8 @@ def run_cell(
     partner: dict[str, str | None] = {}
     if mode == QuestionMode.OTHER_QUESTION:
         rows, partner = rows_with_other_questions(rows, seed)
+    elif mode == QuestionMode.SAME_QUESTION:
+        partner = {row["_id"]: row["_id"] for row in rows}
     torch.manual_seed(seed)
     tokenizer, generator = load_cell_generator(
         model_settings, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
