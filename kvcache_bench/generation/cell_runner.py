@@ -65,7 +65,7 @@ class Strategy(Enum):
     PADDED_BATCH = "padded_batch"  # left-padded prompts prefilled and decoded together (methods that keep every token)
     DECODE_MANY = "decode_many"  # each example prefilled alone, their compressed caches decoded together
     SHARED_CONTEXTS_TOGETHER = "shared_contexts_together"  # contexts compressed once, all their questions decoded together
-    OTHER_QUESTION = "other_question"  # context + another question compressed once, its slots removed, questions decoded
+    OTHER_QUESTION = "other_question"  # context + a question compressed once, its slots removed, questions decoded (other_question, same_question)
 
 
 def choose_strategy(mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool) -> Strategy:
