@@ -9,6 +9,17 @@ min_version("9.0")
 configfile: "config.yaml"
 
 
+import sys
+
+sys.path.insert(0, workflow.basedir)
+from kvcache_bench.study.config_files import check_config_files, keep_workflow_config
+
+# Before the schema: a key written twice is named with its line, and `--config k=v` alone keeps config.yaml.
+check_config_files(workflow)
+if (kept := keep_workflow_config(config, workflow)) and workflow.is_main_process:
+    print(kept, file=sys.stderr)
+
+
 # A --configfile names a whole study: it replaces config.yaml instead of being merged into it
 # (profiles/default/config.yaml sets replace-workflow-config, which Snakemake reads on every run).
 validate(config, "schemas/config.schema.yaml")

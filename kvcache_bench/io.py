@@ -7,7 +7,10 @@ import glob
 import hashlib
 import json
 import os
+import re
+import socket
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -21,7 +24,8 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     final = Path(path)
     final.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(final)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.{_WRITER}.", suffix=".partial", dir=final.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())  # mkstemp makes 0600: colleagues sharing results/ could not read it
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -32,10 +36,44 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             tmp.unlink()
 
 
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+# Who writes a temporary: its name carries host and process, so a writer removes only a dead writer's leftovers,
+# never the live temporary of a concurrent run writing the same path (two runs sharing one results/).
+_WRITER = f"{re.sub(r'[^A-Za-z0-9]', '_', socket.gethostname())}-{os.getpid()}"
+_WRITER_IN_NAME = re.compile(r"\.(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)\.[^.]+\.partial$")
+FOREIGN_PARTIAL_MAX_AGE_S = 24 * 3600  # another host's writer cannot be asked whether it is alive
+
+
+def _writer_alive(leftover: Path) -> bool:
+    match = _WRITER_IN_NAME.search(leftover.name)
+    if not match:
+        return False  # written before temporaries named their writer: only a killed job leaves one
+    if match["host"] != _WRITER.rsplit("-", 1)[0]:
+        try:
+            return time.time() - leftover.stat().st_mtime < FOREIGN_PARTIAL_MAX_AGE_S
+        except FileNotFoundError:
+            return False
+    pid = int(match["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def remove_stale_partials(path: str | os.PathLike) -> list[Path]:
-    """Delete temporaries a killed writer of ``path`` left behind (one job writes a path at a time)."""
+    """Delete temporaries a killed writer of ``path`` left behind; a live writer's (another run's) are kept."""
     final = Path(path)
-    stale = sorted(final.parent.glob(f".{glob.escape(final.name)}.*.partial"))
+    stale = [p for p in sorted(final.parent.glob(f".{glob.escape(final.name)}.*.partial")) if not _writer_alive(p)]
     for leftover in stale:
         leftover.unlink(missing_ok=True)
     return stale
@@ -66,8 +104,12 @@ class JsonlError(ValueError):
 
 def numbered_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
     """(1-based line number, parsed value) of each non-blank line; a broken line is named by file and line."""
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:  # bytes: a line that is not UTF-8 is named like a broken one
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise JsonlError(f"{path}, line {number}: not UTF-8 text (byte {error.start + 1} of the line)") from None
             if not line.strip():
                 continue
             try:

@@ -143,6 +143,7 @@ def build_manifest(outputs: list[str], params: dict, seed: int | None, extra: di
         "created_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "config_hash": config_hash(params),
+        "workdir": os.getcwd(),  # which run made it: another directory's run may share results/ (study.shared_results)
         "params": scrub_secrets(params),
         "seed": seed,
         "packages": package_versions(),
@@ -196,3 +197,37 @@ def verify_against_manifest(path: str | os.PathLike) -> dict:
             f"refusing to use it. {remedy}"
         )
     return manifest
+
+
+def _flat(value, prefix: str = "") -> dict:
+    if isinstance(value, dict):
+        flat = {}
+        for key, item in value.items():
+            flat.update(_flat(item, f"{prefix}{key}."))
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def settings_differences(made_with: dict, expected: dict) -> list[str]:
+    """'key: <there> there, <here> here' for every setting of ``expected`` that ``made_with`` disagrees on."""
+
+    def shown(value) -> str:
+        return f"{len(value)} items" if isinstance(value, list) and len(value) > 3 else json.dumps(value, default=str)
+
+    there, here = _flat(scrub_secrets(made_with)), _flat(scrub_secrets(expected))
+    return [
+        f"{key}: {shown(there.get(key))} there, {shown(value)} here"
+        for key, value in here.items()
+        if json.dumps(there.get(key), sort_keys=True, default=str) != json.dumps(value, sort_keys=True, default=str)
+    ]
+
+
+def require_made_with(path: str | os.PathLike, manifest: dict, expected: dict) -> None:
+    """Refuse an input its manifest says was made for other settings than the job reading it expects."""
+    differences = settings_differences(manifest.get("params") or {}, expected)
+    if differences:
+        raise ManifestMismatchError(
+            f"{path} was made under other settings than this job reads it for ({'; '.join(differences)}): "
+            f"another study's file, or one copied over this one. Delete it to have the pipeline regenerate it:\n"
+            f"  rm {path} {manifest_path_for(path)}"
+        )

@@ -4,6 +4,7 @@ import functools
 import os
 import re
 import sys
+from types import SimpleNamespace
 
 sys.path.insert(0, workflow.basedir)
 
@@ -19,12 +20,21 @@ from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.registry import retentions_for
-from kvcache_bench.study.config_checks import check_study_config, lock_holder_warning, remote_code_warning
+from kvcache_bench.study.config_checks import (
+    StudyConfigError,
+    check_study_config,
+    expand_home_in_paths,
+    lock_holder_warning,
+    remote_code_warning,
+)
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
+from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems
+from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
     study.apply_schema_defaults(config, yaml.safe_load(handle))
+expand_home_in_paths(config)
 
 # Inputs that would silently change the measurement are refused here, before any job (dry runs too).
 check_study_config(config, os.getcwd())
@@ -126,12 +136,20 @@ def model_settings(wildcards):
     )
 
 
-def built_model_inputs(wildcards):
-    """The model directory when this workflow makes the model (built or from a package); nothing for hub weights."""
+def model_inputs(wildcards):
+    """The model directory when this workflow makes the model (built or from a package), every file of a local
+    model folder (an edit in place reruns the jobs that load it), nothing for hub weights."""
     model = config["models"][wildcards.model]
     if model.get("build") or model.get("from_package"):
         return {"model_dir": model["path"]}
-    return {}
+    files = local_model_files(model)
+    return {"model_files": files} if files else {}
+
+
+def dataset_source_inputs(wildcards):
+    """The local copy's files the data job reads for this task: an edit in place reruns it and its cells."""
+    files = local_dataset_files(config["datasets"][wildcards.dataset], wildcards.task)
+    return {"source_files": files} if files else {}
 
 
 def max_new_tokens(wildcards):
@@ -150,7 +168,42 @@ def expected_examples_per_cell():
     return [study.expected_examples(config, cell) for cell in STUDY_CELLS]
 
 
+def expected_generation_settings(cell):
+    """What the generate rule's params say for this cell (its code hash aside): a manifest must agree."""
+    wildcards = SimpleNamespace(**cell)
+    return dict(
+        task=cell["task"],
+        model_settings=model_settings(wildcards),
+        method=cell["method"],
+        retention=float(cell["retention"]),
+        batch_size=int(cell["batch_size"]),
+        decode_batch_size=int(cell["decode_batch_size"]),
+        question_mode=cell["question_mode"],
+        max_new_tokens=max_new_tokens(wildcards),
+        method_kwargs=method_kwargs(wildcards),
+        seed=SEED,
+    )
+
+
+def refuse_another_studys_outputs():
+    """Files another directory's run wrote into results/ under other settings, and a run of another directory
+    writing results/ now, are refused before any job (study.shared_results)."""
+    if not workflow.is_main_process:
+        return
+    expected = {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
+    expected["results/tables/summary.csv"] = dict(
+        cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
+    )
+    problems = foreign_output_problems(expected)
+    runs_jobs = workflow.executor_plugin is not None and not workflow.dryrun  # not a dry run, --lint or --list
+    if not problems and runs_jobs and (held := claim_results_dir()):
+        problems = [held]
+    if problems:
+        raise StudyConfigError("results/ holds another study's files:\n" + "\n".join(f"  - {p}" for p in problems))
+
+
 announce_before_any_job()
+refuse_another_studys_outputs()
 
 
 # ----------------------------------------------------------------------------- probes (rules/probes.smk)

@@ -2,6 +2,8 @@
 
 
 rule download_dataset:
+    input:
+        unpack(dataset_source_inputs),
     output:
         rows="results/data/{dataset}/{task}.jsonl",
         manifest="results/data/{dataset}/{task}.jsonl.manifest.json",

@@ -3,7 +3,7 @@
 
 rule generate:
     input:
-        unpack(built_model_inputs),
+        unpack(model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
         ok=rules.check_config.output.ok,
     output:

@@ -27,7 +27,7 @@ def perf_inputs(wildcards):
     inputs = {"ok": cell_path("checks", cell, ".ok")}
     if PERF["context_source"] == "dataset":
         inputs["rows"] = "results/data/{dataset}/{task}.jsonl".format(**cell)
-    inputs.update(built_model_inputs(wildcards))
+    inputs.update(model_inputs(wildcards))
     return inputs
 
 

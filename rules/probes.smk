@@ -9,7 +9,7 @@ rule probes:
 
 rule probe_attention_sink:
     input:
-        unpack(built_model_inputs),
+        unpack(model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
     output:
         report="results/probes/{dataset}/{task}/{model}/attention_sink.json",
@@ -32,7 +32,7 @@ rule probe_attention_sink:
 
 rule probe_padding:
     input:
-        unpack(built_model_inputs),
+        unpack(model_inputs),
         rows=padding_probe_rows,
     output:
         report="results/probes/padding/{task}/{model}/{method}.json",

@@ -1,19 +1,24 @@
 """Snakemake adapter: the study's table (CSV + Markdown) and every example's score, from the score files."""
 
+import logging
+
 from kvcache_bench.analysis.aggregate import build_summary, per_example_frame, summary_markdown
+from kvcache_bench.analysis.measured import flagged_cells
 from kvcache_bench.io import atomic_path, write_text_atomic
-from kvcache_bench.manifest import verify_against_manifest, write_manifest
+from kvcache_bench.manifest import require_made_with, verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
     score_files, cells = list(job.input.scores), job.params.cells
-    for score_file in score_files:
-        verify_against_manifest(score_file)
+    for score_file, cell in zip(score_files, cells):
+        require_made_with(score_file, verify_against_manifest(score_file), cell)  # each file is its row's cell
     summary = build_summary(
         score_files, cells, job.params.expected_n,
         seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples,
     )
+    for line in flagged_cells(summary):
+        logging.getLogger("kvcache_bench").warning("measured other than asked: %s", line)
     with atomic_path(job.output.summary) as tmp:
         summary.to_csv(tmp, index=False)
     per_example = per_example_frame(score_files, cells)

@@ -7,4 +7,6 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     out = build_demo_model(job.input.model_config, job.input.tokenizer, job.params.seed, job.output.model_dir)
-    write_manifest(out / "config.json", params_of(job), job.params.seed)
+    # Random on purpose, and whole: every tensor saved, so it passes the loader's whole-checkpoint check.
+    weights = f"random init (seed {job.params.seed}), built by this workflow: no trained checkpoint to be incomplete"
+    write_manifest(out / "config.json", params_of(job), job.params.seed, extra={"weights": weights})

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from kvcache_bench.analysis.measured import MEASURED_COLUMNS, cell_warnings, flagged_cells, measure_cell
 from kvcache_bench.io import read_jsonl
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
 
@@ -28,7 +29,7 @@ BASELINE_METHOD = "full_cache"
 BASELINE_BATCH_SIZE = 1
 SUMMARY_COLUMNS = CELL_COLUMNS + [
     "metric", "n", "expected_n", "incomplete", "small_n", "score", "ci_low", "ci_high",
-    "n_paired", "full_cache_score", "diff_vs_full", "diff_ci_low", "diff_ci_high",
+    "n_paired", "full_cache_score", "diff_vs_full", "diff_ci_low", "diff_ci_high", *MEASURED_COLUMNS,
 ]
 CONFIDENCE = 0.95
 N_RESAMPLES = 10_000
@@ -99,6 +100,7 @@ def summarize_cell(
         "score": _round(100 * float(np.mean(values))) if n else math.nan,
         "ci_low": _round(100 * low),
         "ci_high": _round(100 * high),
+        **measure_cell(read_jsonl(score_path), cell["retention"]),
     }
 
 
@@ -247,6 +249,13 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
             ) + ". They are marked below and left out of the figures."
         )
         lines.append("")
+    measured_otherwise = flagged_cells(summary)
+    if measured_otherwise:
+        lines.append(
+            f"> **Warning: {len(measured_otherwise)} cells were measured other than they asked** (their label is not "
+            "what ran; read their scores as the measured setting): " + "; ".join(measured_otherwise) + "."
+        )
+        lines.append("")
     for (dataset, task, model), group in summary.groupby(["dataset", "task", "model"], sort=True):
         metric = group["metric"].iloc[0]
         lines += [f"## {dataset} / {task} / {model} ({metric} x100)", ""]
@@ -261,6 +270,7 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
                 flags.append(f"INCOMPLETE ({row.n} of {row.expected_n})")
             if row.small_n:
                 flags.append(f"small n (< {small_n})")
+            flags += cell_warnings(row) if "retention_off" in summary else []
             if not pd.isna(row.diff_vs_full) and row.n_paired < row.n:
                 flags.append(f"paired on {row.n_paired}")
             diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"

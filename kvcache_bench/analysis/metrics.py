@@ -221,6 +221,10 @@ def task_score(per_example: list[float]) -> float:
     return round(100 * sum(per_example) / len(per_example), 2)
 
 
+# What the generate job measured about each example beside its answer (kvcache_bench.analysis.measured reads them).
+MEASURED_FIELDS = ("effective_retention", "truncated", "prompt_tokens", "original_prompt_tokens")
+
+
 def score_records(task: str, predictions: list[dict]) -> list[dict]:
     name = metric_for(task).name
     return [
@@ -230,6 +234,7 @@ def score_records(task: str, predictions: list[dict]) -> list[dict]:
             "score": score_example(task, record["prediction"], record["references"], record.get("all_classes")),
             "prediction": record["prediction"],
             "references": record["references"],
+            **{field: record.get(field) for field in MEASURED_FIELDS},  # asked vs measured, for the table
         }
         for record in predictions
     ]

@@ -17,6 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD, question_change_cost  # noqa: E402
+from kvcache_bench.analysis.measured import flagged_caption  # noqa: E402
 from kvcache_bench.io import atomic_path  # noqa: E402
 from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
 
@@ -131,6 +132,16 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
     if title:
         figure.suptitle(title)
     figure.tight_layout()
+    return with_flagged_caption(figure, frame)
+
+
+def with_flagged_caption(figure, summary: pd.DataFrame):
+    """The cells the figure draws that were measured other than they asked, named under it."""
+    caption = flagged_caption(summary)
+    if caption:
+        lines = caption.count("\n") + 1
+        figure.subplots_adjust(bottom=min(0.5, 0.06 + 0.035 * lines))
+        figure.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", color="firebrick")
     return figure
 
 
@@ -235,7 +246,7 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    return figure
+    return with_flagged_caption(figure, frame)
 
 
 QUESTION_MODE_STYLES = {
@@ -287,4 +298,4 @@ def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    return figure
+    return with_flagged_caption(figure, frame)

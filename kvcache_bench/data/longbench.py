@@ -64,6 +64,30 @@ def _local_data_files(local_path: str, task: str) -> tuple[str, list[str]]:
     return builder, [str(p) for p in candidates]
 
 
+def _local_ruler_files(local_path: str, data_dir: str | None) -> list[str]:
+    root = Path(local_path)
+    folder = root / data_dir if data_dir and (root / data_dir).is_dir() else root
+    if folder.is_file():
+        files = [folder]
+    elif folder.is_dir():
+        files = sorted(folder.glob("*.parquet"))
+    else:
+        raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
+    if not files:
+        raise DatasetUnavailableError(f"no parquet files for RULER data_dir {data_dir!r} under {local_path!r}")
+    return [str(f) for f in files]
+
+
+def local_source_files(task: str, local_path: str, data_dir: str | None = None) -> list[str]:
+    """The files a local copy's task is read from: the data job's Snakemake inputs, so an edit in place
+    reruns that task's data job and every cell made from it."""
+    from kvcache_bench.study.prompts import RULER_TASKS
+
+    if task in RULER_TASKS:
+        return _local_ruler_files(local_path, data_dir)
+    return _local_data_files(local_path, task)[1]
+
+
 def load_longbench_rows(
     task: str,
     *,
@@ -151,17 +175,8 @@ def load_ruler_rows(
     import datasets
 
     if local_path:
-        root = Path(local_path)
-        folder = root / data_dir if data_dir and (root / data_dir).is_dir() else root
-        if folder.is_file():
-            files = [folder]
-        elif folder.is_dir():
-            files = sorted(folder.glob("*.parquet"))
-        else:
-            raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
-        if not files:
-            raise DatasetUnavailableError(f"no parquet files for RULER data_dir {data_dir!r} under {local_path!r}")
-        loaded = datasets.load_dataset("parquet", data_files={split: [str(f) for f in files]}, split=split)
+        files = _local_ruler_files(local_path, data_dir)
+        loaded = datasets.load_dataset("parquet", data_files={split: files}, split=split)
     elif not data_dir:
         raise DatasetUnavailableError(
             f"dataset {dataset_name!r}: RULER on the hub needs data_dir, the context length (4096, 8192, 16384, 32768)"

@@ -34,6 +34,7 @@ from kvcache_bench.generation.single_decode import (
 )
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.cell_checks import check_setting
+from kvcache_bench.study.press_values import prompt_length_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
@@ -257,6 +258,15 @@ def warm_up(generator: CellGenerator, prompts: list[PromptTokens], others: list[
     return seconds
 
 
+def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: list[list[int]] | None) -> list[int]:
+    """How many tokens the press compresses for each prompt in ``mode`` (``others``: the other questions' pressed tokens)."""
+    if mode.removes_the_question_it_showed:
+        return [len(p.context_ids) + len(other) for p, other in zip(prompts, others)]
+    if mode == QuestionMode.QUESTION_AWARE:
+        return [p.length - max(1, p.held_back_tokens) for p in prompts]
+    return [len(p.context_ids) for p in prompts]
+
+
 def run_cell(
     rows: list[dict],
     *,
@@ -304,6 +314,8 @@ def run_cell(
         for row in rows
     ]
     others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
+    if generator.press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
+        raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
     chunks = plan_chunks(strategy, prompts, batch_size=batch_size, decode_batch_size=decode_batch_size, others=others)
     warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
     setting = {

@@ -7,15 +7,18 @@ process (kvcache_bench.generation.warm_start) that has torch, transformers and k
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import torch
 
+from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.generation.cell_runner import run_cell
 from kvcache_bench.generation.gpus import pin_gpus_for_job
 from kvcache_bench.generation.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.study.config_checks import remote_code_warning
+from kvcache_bench.study.sources import hub_revision
 from kvcache_bench.workflow import logging_to, params_of, settings_of
 
 
@@ -41,4 +44,10 @@ def run_generate_job(job) -> None:
             method_kwargs=p.method_kwargs,
         )
         count = write_jsonl_atomic(job.output.predictions, records)
-        write_manifest(job.output.predictions, params_of(job), p.seed, extra={"records": count, "data_sha256": data["content"]["sha256"]})
+        measured = measure_cell(read_jsonl(job.output.predictions), p.retention)
+        for warning in cell_warnings(SimpleNamespace(retention=p.retention, **measured)):
+            logging.getLogger("kvcache_bench").warning("measured other than asked: %s", warning)
+        write_manifest(job.output.predictions, params_of(job), p.seed, extra={
+            "records": count, "data_sha256": data["content"]["sha256"],
+            "model_hub_revision": hub_revision(p.model_settings["path"]),  # None for a local folder: its files are inputs
+        })

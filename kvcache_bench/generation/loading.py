@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcache_bench.generation.checkpoints import damaged_model_files, require_whole_checkpoint
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 LOAD_HELP = (
@@ -38,6 +40,8 @@ def load_tokenizer(path: str, trust_remote_code: bool = False):
     try:
         return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, token=os.environ.get("HF_TOKEN"))
     except Exception as error:
+        if damaged := damaged_model_files(path):
+            raise ModelUnavailableError(f"Could not load the tokenizer from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)) from error
         raise ModelUnavailableError(LOAD_HELP.format(what="the tokenizer", path=path, error=error)) from error
 
 
@@ -45,15 +49,19 @@ def load_model(path: str, dtype: str, attn_implementation: str, device: torch.de
     from transformers import AutoModelForCausalLM
 
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model, loading_info = AutoModelForCausalLM.from_pretrained(
             path,
             dtype=DTYPES[dtype],
             attn_implementation=attn_implementation,
             trust_remote_code=trust_remote_code,
             token=os.environ.get("HF_TOKEN"),
+            output_loading_info=True,
         )
     except Exception as error:
+        if damaged := damaged_model_files(path):  # a local folder's file, not a download problem
+            raise ModelUnavailableError(f"Could not load the model from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)) from error
         raise ModelUnavailableError(LOAD_HELP.format(what="the model", path=path, error=error)) from error
+    require_whole_checkpoint(loading_info, path)
     return model.to(device).eval()
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kvcache_bench.methods.registry import METHODS
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
+from kvcache_bench.study.press_values import method_kwargs_value_problems
 
 # Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -54,6 +55,16 @@ def _looks_local(path: str, workdir: Path) -> bool:
     return "/" in path and (workdir / first).is_dir()
 
 
+def json_file_problem(path: Path) -> str | None:
+    try:
+        json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as error:
+        return f"{path} is not UTF-8 text (byte {error.start})"
+    except json.JSONDecodeError as error:
+        return f"{path} is not valid JSON (line {error.lineno}, column {error.colno}: {error.msg})"
+    return None
+
+
 def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[str]:
     """Tell a local model folder from a hub id, and say plainly when the folder is not there."""
     workdir = Path(workdir)
@@ -70,6 +81,8 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
                 problems.append(f"{where} is a file; a model path is a directory holding config.json and the weights")
             elif not (local / "config.json").is_file():
                 problems.append(f"{where} is a directory without config.json, so not a Hugging Face model folder")
+            elif problem := json_file_problem(local / "config.json"):
+                problems.append(f"{where}: {problem}")
         elif _looks_local(path, workdir):
             problems.append(
                 f"{where} is a local directory that does not exist ({local}). Fix the path, or give a hub id "
@@ -80,8 +93,118 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
     return problems
 
 
+def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> list[str]:
+    """A local copy must be there, with a file for every task: its files are the data jobs' inputs."""
+    from kvcache_bench.data.longbench import DatasetUnavailableError, local_source_files
+
+    problems = []
+    for name, dataset in datasets.items():
+        local_path = dataset.get("local_path")
+        if dataset["source"] == "local" and not local_path:
+            problems.append(f"datasets.{name} has source: local but no local_path (a .parquet/.jsonl file or a directory)")
+        if not local_path:
+            continue
+        where = Path(workdir, local_path)
+        if not where.exists():
+            problems.append(f"datasets.{name}.local_path {local_path!r} does not exist ({where})")
+            continue
+        for task in dataset["tasks"]:
+            try:
+                local_source_files(task, str(where), dataset.get("data_dir"))
+            except DatasetUnavailableError as error:
+                problems.append(f"datasets.{name}.local_path: {error}")
+    return problems
+
+
+def expand_home_in_paths(config: dict) -> dict:
+    """`~` means the home directory in every path of the config, the one rule for all: expanded here, once,
+    so the parse-time checks, the DAG's inputs and every job's loader see the same path."""
+
+    def expand(holder: dict, key: str) -> None:
+        if isinstance(holder.get(key), str) and holder[key].startswith("~"):
+            holder[key] = os.path.expanduser(holder[key])
+
+    for model in config["models"].values():
+        expand(model, "path")
+        for key in ("model_config", "tokenizer"):
+            expand(model.get("build") or {}, key)
+    for dataset in config["datasets"].values():
+        expand(dataset, "local_path")
+        expand(dataset.get("ruler_haystack") or {}, "tokenizer")
+    records = ((config.get("perf") or {}).get("estimate") or {}).get("records") or []
+    records[:] = [os.path.expanduser(record) for record in records]
+    return config
+
+
+def _unknown(kind: str, key: str, name: str, known: list[str]) -> str | None:
+    if name in known:
+        return None
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return f"{key} names {kind} {name!r}, which this study does not have (it has: {', '.join(known) or 'none'}).{hint}"
+
+
+def per_task_map_problems(config: dict) -> list[str]:
+    """Settings filed under a task, a dataset or a model the study does not have are never used: a typo
+    (`max_new_tokens: {Qasper: 32}`) would run every task with its default, without a word."""
+    tasks = list(dict.fromkeys(task for dataset in config["datasets"].values() for task in dataset["tasks"]))
+    datasets = list(config["datasets"])
+    problems = [
+        _unknown("task", "generation.max_new_tokens", task, tasks)
+        for task in (config.get("generation") or {}).get("max_new_tokens") or {}
+    ]
+    perf = config.get("perf") or {}
+    if perf.get("dataset"):
+        problems.append(_unknown("dataset", "perf.dataset", perf["dataset"], datasets))
+    if perf.get("task") and perf.get("dataset") in config["datasets"]:
+        problems.append(_unknown("task", "perf.task", perf["task"], config["datasets"][perf["dataset"]]["tasks"]))
+    for section, probe in (config.get("probes") or {}).items():  # a probe's task need not make cells: not checked
+        probe_datasets = probe.get("datasets") or [probe.get("dataset")]
+        problems += [_unknown("dataset", f"probes.{section}", name, datasets) for name in probe_datasets if name]
+    same_cost = ((perf.get("estimate") or {}).get("same_cost_as")) or {}
+    problems += [_unknown("model", "perf.estimate.same_cost_as", name, list(config["models"])) for name in same_cost]
+    return [problem for problem in problems if problem]
+
+
+MADE_MODELS_DIR = "results/models"
+
+
+def made_model_path_problems(models: dict) -> list[str]:
+    """A model the workflow makes (build, from_package) is made at results/models/<name>: any other path would
+    be loaded as it is (another model's weights, in a table labelled with this one) or never made."""
+    problems = []
+    for name, model in models.items():
+        maker = "build" if model.get("build") else "from_package" if model.get("from_package") else None
+        expected = f"{MADE_MODELS_DIR}/{name}"
+        if maker and os.path.normpath(model["path"]) != expected:
+            problems.append(
+                f"models.{name} has {maker}:, which makes the model at {expected}, but its path is {model['path']!r}"
+                f"{' (an existing folder, which would be loaded instead)' if Path(model['path']).exists() else ''}. "
+                f"Set path: {expected}, or remove {maker}: to load {model['path']!r} as it is."
+            )
+    return problems
+
+
 def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
-    return method_kwargs_problems(config) + model_path_problems(config["models"], workdir)
+    return (
+        method_kwargs_problems(config)
+        + model_path_problems(config["models"], workdir)
+        + made_model_path_problems(config["models"])
+        + dataset_path_problems(config["datasets"], workdir)
+        + per_task_map_problems(config)
+        + method_kwargs_value_problems(config)
+        + device_problems(config)
+    )
+
+
+DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+
+
+def device_problems(config: dict) -> list[str]:
+    device = str((config.get("generation") or {}).get("device", "auto"))
+    if DEVICE.match(device):
+        return []
+    return [f"generation.device {device!r} is not a device torch knows: use auto (a GPU when there is one), cpu, cuda or cuda:N"]
 
 
 def check_study_config(config: dict, workdir: str | os.PathLike = ".") -> None:

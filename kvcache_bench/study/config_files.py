@@ -1,0 +1,69 @@
+"""The config files themselves, as the Snakefile reads them: a key written twice, and `--config` alone.
+
+Snakemake reads config files with a YAML loader that keeps the last of two equal keys: a `methods:` written
+twice drops the first list without a word. The files are read again here with a loader that refuses that,
+naming key and lines. And with `replace-workflow-config` (profiles/default), `--config seed=7` without a
+`--configfile` would replace the whole of config.yaml by `{seed: 7}`: it is applied on top of config.yaml.
+"""
+
+from __future__ import annotations
+
+import os
+
+import yaml
+
+
+class ConfigFileError(ValueError):
+    pass
+
+
+class DuplicateKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a mapping holding the same key twice."""
+
+    def construct_mapping(self, node, deep=False):
+        first_line: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise ConfigFileError(
+                    f"{key_node.start_mark.name}, line {line}: key {key!r} is written twice in the same mapping "
+                    f"(first at line {first_line[key]}); YAML would keep only the last one. Merge them or remove one."
+                )
+            first_line[key] = line
+        return super().construct_mapping(node, deep)
+
+
+def read_config_file(path: str | os.PathLike) -> dict:
+    """A config file as Snakemake reads it, but a duplicate key, or text that is not UTF-8, names file and line."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.load(handle, Loader=DuplicateKeyLoader) or {}
+    except UnicodeDecodeError as error:
+        raise ConfigFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
+
+
+def study_config_files(workflow) -> list[str]:
+    """The files the study's config comes from: the --configfile ones if any (they replace config.yaml), else config.yaml."""
+    return [str(path) for path in workflow.overwrite_configfiles] or [str(path) for path in workflow.configfiles]
+
+
+def check_config_files(workflow) -> None:
+    for path in study_config_files(workflow):
+        if os.path.exists(path):
+            read_config_file(path)
+
+
+def keep_workflow_config(config: dict, workflow, default_file: str = "config.yaml") -> str | None:
+    """`--config k=v` without `--configfile`: config.yaml with k=v on top, not `{k: v}` alone. Returns what
+    to tell the user (None when nothing was changed)."""
+    from snakemake.utils import update_config
+
+    overrides = workflow.config_settings.overwrite_config
+    if not overrides or workflow.overwrite_configfiles or not os.path.exists(default_file):
+        return None
+    merged = read_config_file(default_file)
+    update_config(merged, overrides)
+    config.clear()
+    config.update(merged)
+    return f"--config {' '.join(sorted(overrides))} applied on top of {default_file} (the rest of {default_file} kept)"

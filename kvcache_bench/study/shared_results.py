@@ -1,0 +1,86 @@
+"""One results/ directory, two studies: files another run wrote are not taken for this config's.
+
+Snakemake judges an output by its own records in this working directory's .snakemake/: when a second clone
+(a symlinked results/, one results directory on a cluster) overwrites a file, the first clone's records still
+say it is up to date, and its table would show the other study's numbers ("Nothing to be done"). Every
+manifest names the working directory that made it; a file made from another directory under settings other
+than this config's is refused at parse, naming the keys. And while one run writes results/, a run from
+another directory is refused (``claim_results_dir``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+from pathlib import Path
+
+from kvcache_bench.manifest import settings_differences
+
+RUN_CLAIM = ".kvcache-bench-run.json"
+
+
+def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".") -> list[str]:
+    """Outputs whose manifest says another working directory made them, under settings this config does not ask."""
+    here = os.path.realpath(workdir)
+    problems = []
+    for output, expected in expected_by_output.items():
+        manifest_path = Path(f"{output}.manifest.json")
+        try:
+            manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # no manifest (yet): the job that reads the file refuses it
+        made_in = manifest.get("workdir")
+        if not made_in or os.path.realpath(made_in) == here:
+            continue  # made here: Snakemake's own records rerun it when this config's settings changed
+        differences = settings_differences(manifest.get("params") or {}, expected)
+        if differences:
+            problems.append(
+                f"{output} was made by the run in {made_in} under other settings ({'; '.join(differences)}). "
+                f"Another study writes into this results directory: run each study in its own directory, or delete "
+                f"the file to have it remade for this config: rm {output} {manifest_path}"
+            )
+    return problems
+
+
+def _alive(claim: dict) -> bool:
+    if claim.get("host") != socket.gethostname():
+        return True  # cannot be asked; the message says how to remove the claim
+    try:
+        os.kill(int(claim["pid"]), 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, KeyError, ValueError):
+        return True
+    return True
+
+
+def claim_results_dir(results: str | os.PathLike = "results", workdir: str | os.PathLike = ".") -> str | None:
+    """Mark results/ as written by this run (until it exits); the problem when a live run of another directory
+    holds it (None when the claim was taken). Runs of the same directory are Snakemake's own lock's business."""
+    claim_file = Path(results) / RUN_CLAIM
+    here = os.path.realpath(workdir)
+    try:
+        claim = json.loads(claim_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        claim = None
+    if claim and claim.get("workdir") != here and _alive(claim):
+        return (
+            f"{results}/ is being written by another run (pid {claim.get('pid')} on {claim.get('host')}, from "
+            f"{claim.get('workdir')}): two studies writing one results directory would mix their files. Wait for it, "
+            f"or give this study its own directory. If that run is gone, remove {claim_file}."
+        )
+    claim_file.parent.mkdir(parents=True, exist_ok=True)
+    mine = {"host": socket.gethostname(), "pid": os.getpid(), "workdir": here}
+    claim_file.write_text(json.dumps(mine) + "\n", encoding="utf-8")
+
+    def release():
+        try:
+            if json.loads(claim_file.read_text(encoding="utf-8")) == mine:
+                claim_file.unlink()
+        except (OSError, ValueError):
+            pass
+
+    atexit.register(release)
+    return None
