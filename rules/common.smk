@@ -16,6 +16,7 @@ export_package_path(workflow.basedir)
 
 import yaml
 
+from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
@@ -51,8 +52,11 @@ def _alternatives(names):
 HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in ("hub", "local")]
 SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
 RULER_HAYSTACK_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler_haystack"]
-BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build")]
+BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("model_config")]
+SHAPED_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("shape")]
 PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_package")]
+# Llama 3.1's tokenizer, made by materialise_llama3_tokenizer: a config names this directory as a tokenizer.
+LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 
 # The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
 # refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.
@@ -95,7 +99,8 @@ def figure_files():
 
 def final_outputs():
     """With no accepted cell there is nothing to tabulate: only the refused checks, which fail naming why."""
-    return refused_checks() + (table_files() + figure_files() if STUDY_CELLS else [])
+    made = table_files() + figure_files() + engine_comparison_outputs() if STUDY_CELLS else []
+    return refused_checks() + made
 
 
 def announce_before_any_job():
@@ -136,11 +141,15 @@ def model_settings(wildcards):
     )
 
 
+MADE_MODEL_PATHS = {m["path"] for m in config["models"].values() if m.get("build") or m.get("from_package")}
+
+
 def model_inputs(wildcards):
-    """The model directory when this workflow makes the model (built or from a package), every file of a local
-    model folder (an edit in place reruns the jobs that load it), nothing for hub weights."""
+    """The model directory when this workflow makes it (built or from a package, maybe under another model's
+    name: a second engine on the same weights), every file of a local model folder (an edit in place reruns
+    the jobs that load it), nothing for hub weights."""
     model = config["models"][wildcards.model]
-    if model.get("build") or model.get("from_package"):
+    if model["path"] in MADE_MODEL_PATHS:
         return {"model_dir": model["path"]}
     files = local_model_files(model)
     return {"model_files": files} if files else {}

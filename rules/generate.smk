@@ -21,6 +21,7 @@ rule generate:
     params:
         code=package_code("generate.py"),
         model_settings=model_settings,
+        engine=lookup(dpath="models/{model}/engine", within=config),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,

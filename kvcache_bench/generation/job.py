@@ -14,6 +14,7 @@ import torch
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.generation.cell_runner import run_cell
 from kvcache_bench.generation.gpus import pin_gpus_for_job
+from kvcache_bench.generation.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
 from kvcache_bench.generation.loading import ModelSettings
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
@@ -30,7 +31,8 @@ def run_generate_job(job) -> None:
         if warning := remote_code_warning(p.model_settings):
             logging.getLogger("kvcache_bench").warning(warning)
         torch.set_num_threads(max(1, int(job.threads)))
-        records = run_cell(
+        engine = run_cell_on_kvpress_pipeline if p.engine == KVPRESS_PIPELINE else run_cell
+        records = engine(
             read_jsonl(job.input.rows),
             task=p.task,
             model_settings=ModelSettings(**p.model_settings),

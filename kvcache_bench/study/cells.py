@@ -86,6 +86,10 @@ def cell_of(dataset, task, model, method, question_mode, retention, batch_size, 
     }
 
 
+# kvpress's pipeline (models.<name>.engine) generates one example at a time: its models get batch-1 cells only.
+ONE_AT_A_TIME_ENGINE = "kvpress_pipeline"
+
+
 def requested_cells(config: dict) -> list[dict]:
     """Every cell the config asks for, in config order, before the check."""
     return [
@@ -98,6 +102,7 @@ def requested_cells(config: dict) -> list[dict]:
         for retention in retentions_for(method, config["retentions"])
         for batch_size in batch_sizes_for(config, method)
         for decode_batch_size in decode_batch_sizes_for(config, batch_size)
+        if batch_size == decode_batch_size == 1 or config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE
     ]
 
 
@@ -160,6 +165,7 @@ def requested_perf_cells(config: dict) -> list[dict]:
     return [
         {**cell_of(dataset, task, model, method, "question_aware", retention, batch_size, 1), "context": str(context)}
         for model in config["models"]
+        if config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE  # the perf pass times this engine's steps
         for method in perf.get("methods") or config["methods"]
         for retention in retentions_for(method, perf.get("retentions") or config["retentions"])
         for batch_size in perf["batch_sizes"]

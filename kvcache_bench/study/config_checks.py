@@ -69,9 +69,10 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
     """Tell a local model folder from a hub id, and say plainly when the folder is not there."""
     workdir = Path(workdir)
     problems = []
+    made = {settings["path"] for settings in models.values() if settings.get("build") or settings.get("from_package")}
     for name, settings in models.items():
-        if settings.get("build") or settings.get("from_package"):
-            continue  # the workflow makes it (rules/models.smk)
+        if settings["path"] in made:
+            continue  # the workflow makes it (rules/models.smk), maybe under another model's name
         path = settings["path"]
         local = Path(os.path.expanduser(path))
         local = local if local.is_absolute() else workdir / local

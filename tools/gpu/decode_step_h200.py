@@ -20,31 +20,21 @@ from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_common import device_name  # noqa: E402
 
 from kvcache_bench.generation import batched_decode  # noqa: E402
 from kvcache_bench.generation.batched_decode import decode_together, prefill_prompt  # noqa: E402
 from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
+from kvcache_bench.perf.rates import copy_bytes_per_s  # noqa: E402
 from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
 
 
 def copy_bandwidth(device: torch.device) -> float | None:
-    """Bytes read + written per second by a large device-to-device copy (median of 20)."""
-    if device.type != "cuda":
-        return None
-    source = torch.randn(2 * 2**30 // 4, device=device)
-    target = torch.empty_like(source)
-    times = []
-    for _ in range(23):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        target.copy_(source)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del source, target
-    return 2 * 2 * 2**30 / sorted(times[3:])[len(times[3:]) // 2]
+    """Bytes read + written per second by a 2 GiB device-to-device copy (the floor's rate; none on CPU)."""
+    return copy_bytes_per_s(device) if device.type == "cuda" else None
 
 
 def timed_decode(model, prefilled, new_tokens: int, graphs: bool) -> float:
@@ -95,7 +85,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     record = {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device": device_name(device),
         "torch": torch.__version__,
         "dtype": str(dtype),
         "copy_bandwidth_bytes_per_s": bandwidth,

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from batched_decode_h200 import LLAMA_31_8B, TINY, build_random_model, random_prompts  # noqa: E402
+from gpu_common import random_prompts  # noqa: E402
 
 from kvcache_bench.generation.batched_decode import decode_together, prefill_prompt  # noqa: E402
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
+from kvcache_bench.generation.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
+from kvcache_bench.generation.model_shapes import build_random_model  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 
 

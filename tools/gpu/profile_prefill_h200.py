@@ -19,13 +19,14 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gpu_common import random_prompts  # noqa: E402
 
 from kvcache_bench.generation.batched_decode import prefilled_from_cache  # noqa: E402
 from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
 from kvcache_bench.generation.prefill import prefill, prefill_example  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
-from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
 
 
 @torch.inference_mode()
@@ -38,13 +39,8 @@ def main() -> None:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
     shape = TINY_LLAMA_SHAPE if args.tiny else LLAMA_31_8B_SHAPE
     model = build_random_model(shape, torch.bfloat16 if device.type == "cuda" else torch.float32, device, 0)
-    generator = torch.Generator().manual_seed(0)
     tokens = 300 if args.tiny else 5000
-    prompts = []
-    for _ in range(args.examples + 2):
-        length = int(tokens * (0.9 + 0.2 * torch.rand((), generator=generator).item()))
-        ids = torch.randint(3, shape["vocab_size"], (length,), generator=generator).tolist()
-        prompts.append(PromptTokens(ids[:-32], ids[-32:]))
+    prompts = random_prompts(args.examples + 2, tokens, shape["vocab_size"], seed=0)
     press = build_press("snapkv", 0.5, seed=0)
     from transformers import DynamicCache
 

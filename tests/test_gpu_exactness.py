@@ -1,0 +1,42 @@
+"""Exactness on a GPU (skipped without CUDA): what tools/gpu/batched_decode_h200.py checked by hand.
+
+fp32 (TF32 off) on Llama-3.1-8B's shape with random weights: SnapKV 50%, question-aware, prompts of about
+1.5k tokens of uneven length; decoding 4 compressed caches together (static cache, CUDA-graph steps) gives
+the batch-1 engine's ids token for token. On the H200 this held for 4 prompts x 32 tokens
+(reference/h200-fast-decode/batched_decode_h200.json).
+"""
+
+import pytest
+import torch
+
+from kvcache_bench.generation.batched_decode import generate_prefill_one_decode_many
+from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, build_random_model
+from kvcache_bench.generation.single_decode import generate_one
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+QUESTION_TOKENS = 32
+
+
+def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> list[PromptTokens]:
+    """Lengths spread +-10% around ``mean_tokens`` so every decode batch holds caches of different lengths."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts = []
+    for _ in range(count):
+        length = int(mean_tokens * (0.9 + 0.2 * torch.rand((), generator=generator).item()))
+        ids = torch.randint(3, vocab_size, (length,), generator=generator).tolist()
+        prompts.append(PromptTokens(ids[:-QUESTION_TOKENS], ids[-QUESTION_TOKENS:]))
+    return prompts
+
+
+def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    model = build_random_model(LLAMA_31_8B_SHAPE, torch.float32, torch.device("cuda"), seed=0)
+    prompts = random_prompts(4, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=3)
+    reference = [generate_one(model, p, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(model, prompts, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), 4)
+    assert path.effective_decode_batch_size == 4
+    assert [g.token_ids for g in generations] == reference

@@ -1,0 +1,60 @@
+"""Every number in the README's performance table is the committed reference run's, rounded as printed.
+
+The reference file is what the workflow wrote on one H200 (``snakemake --cores 16 --resources gpu=1
+--configfile config/reference-h200.yaml``, committed under reference/h200-reference-config/); a README edited
+by hand, or a re-measured file without its README, fails here.
+"""
+
+import csv
+import re
+
+from conftest import REPO
+
+REFERENCE = REPO / "reference" / "h200-reference-config" / "tables" / "engine_comparison.csv"
+# README row label (its start, formatting stripped) -> (path, decode batch) of the reference file's row it prints
+ROW_SOURCES = {
+    "kvpress KVPressTextGenerationPipeline (batch 1)": ("kvpress_pipeline", "1"),
+    "this engine, decode batch 1": ("kvcache_bench", "1"),
+    "this engine, decode batch 32 (default)": ("kvcache_bench", "32"),
+    "hardware floor": ("floor", "32"),
+}
+BASELINE = ("kvpress_pipeline", "1")
+
+
+def performance_table_rows() -> list[list[str]]:
+    section = REPO.joinpath("README.md").read_text(encoding="utf-8").split("\n## Performance", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|") and not line.startswith("|---")]
+    return [[re.sub(r"[*`]", "", cell).strip() for cell in row.strip("|").split("|")] for row in rows[1:]]
+
+
+def reference_rate(source) -> float:
+    rows = list(csv.DictReader(REFERENCE.open()))
+    (row,) = [r for r in rows if (r["path"], r["decode_batch_size"]) == source]
+    return float(row["examples_per_s"])
+
+
+def test_every_row_of_the_performance_table_is_the_reference_runs_rate_and_ratio():
+    rows = performance_table_rows()
+    assert len(rows) == len(ROW_SOURCES)
+    baseline = reference_rate(BASELINE)
+    for label, rate, ratio in rows:
+        source = next((s for start, s in ROW_SOURCES.items() if label.startswith(start)), None)
+        assert source, f"README performance row {label!r} names no reference entry"
+        assert rate == f"{reference_rate(source):.2f}", label
+        assert ratio == f"{reference_rate(source) / baseline:.1f}×", label
+
+
+def test_the_floor_ratio_in_the_text_is_the_reference_runs():
+    section = REPO.joinpath("README.md").read_text(encoding="utf-8").split("\n## Performance", 1)[1]
+    stated = re.search(r"runs at ([\d.]+)× its floor", section).group(1)
+    default, floor = reference_rate(ROW_SOURCES["this engine, decode batch 32 (default)"]), reference_rate(ROW_SOURCES["hardware floor"])
+    assert stated == f"{floor / default:.2f}"
+
+
+def test_the_reference_table_is_the_file_its_manifest_describes():
+    """A hand-edited reference number fails here even when the README was edited to match it."""
+    from kvcache_bench.manifest import verify_against_manifest
+
+    manifest = verify_against_manifest(REFERENCE)
+    engines = {engine for _, engine in manifest["params"]["cells"]}
+    assert engines == {"kvcache_bench", "kvpress_pipeline"}, engines  # both engines' cells of one study
