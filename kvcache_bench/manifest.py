@@ -92,10 +92,10 @@ def scrub_secrets(obj, _environment_secrets: list[str] | None = None):
 def git_commit(repo_dir: str | os.PathLike | None = None) -> str:
     """HEAD commit of the checkout, suffixed ``-dirty`` when tracked files differ from it.
 
-    A copy without ``.git`` (a GPU machine's working tree) can name its commit in KVBENCH_GIT_COMMIT.
+    A copy without ``.git`` (a GPU machine's working tree) can name its commit in KVCACHE_BENCH_GIT_COMMIT.
     """
-    if os.environ.get("KVBENCH_GIT_COMMIT"):
-        return os.environ["KVBENCH_GIT_COMMIT"]
+    if os.environ.get("KVCACHE_BENCH_GIT_COMMIT"):
+        return os.environ["KVCACHE_BENCH_GIT_COMMIT"]
     cwd = repo_dir or Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(

@@ -175,16 +175,34 @@ def package_modules(script: str | os.PathLike, package_dir: str | os.PathLike) -
     return sorted(str(path.relative_to(package_dir.parent)) for path in set(seen.values()))
 
 
+def code_without_docstrings(source: str) -> str:
+    """What a module does, without how it is written: its syntax tree with docstrings removed, dumped without
+    line numbers, so comments, formatting and docstrings are not part of it."""
+    import ast
+
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) or not body:
+            continue
+        first = body[0]
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)
+
+
 def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike) -> str:
-    """A hash of the package modules ``script`` runs (their paths and contents): a rule's params carry it, so
-    editing the library reruns exactly the jobs whose scripts run the edited module."""
+    """A hash of the package modules ``script`` runs (their paths and code): a rule's params carry it, so
+    editing the library's code reruns exactly the jobs whose scripts run the edited module, and editing a
+    comment, a docstring or the formatting reruns nothing."""
     import hashlib
     from pathlib import Path
 
     digest = hashlib.sha256()
     root = Path(package_dir).parent
     for relative in package_modules(script, package_dir):
-        digest.update(relative.encode() + b"\0" + (root / relative).read_bytes() + b"\0")
+        code = code_without_docstrings((root / relative).read_text(encoding="utf-8"))
+        digest.update(relative.encode() + b"\0" + code.encode() + b"\0")
     return digest.hexdigest()[:16]
 
 

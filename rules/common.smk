@@ -82,6 +82,15 @@ def all_score_files():
     return [cell_path("scores", cell, ".jsonl") for cell in STUDY_CELLS]
 
 
+def all_prediction_files():
+    return [cell_path("predictions", cell, ".jsonl") for cell in STUDY_CELLS]
+
+
+def all_generate_benchmarks():
+    """The generate jobs' benchmark files, in the order of all_prediction_files()."""
+    return [f"benchmarks/generate/{CELL_PATTERN.format(**cell)}.tsv" for cell in STUDY_CELLS]
+
+
 TABLES = ["summary.csv", "summary.md", "per_example.csv"]
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
 # the cost of a changed question needs the mode the press saw it in and the mode it did not

@@ -25,6 +25,26 @@ rule generate:
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
-        warm_start=GENERATION["warm_start"],
+        model_workers=GENERATION["model_workers"],
     script:
         "../scripts/generate.py"
+
+
+# What the study's generate jobs cost against their measured work (not part of `all`):
+#   snakemake results/tables/sweep_cost.json --profile profiles/local --configfile config/smollm2-h200.yaml
+rule sweep_cost:
+    input:
+        predictions=all_prediction_files(),
+    output:
+        report="results/tables/sweep_cost.json",
+        manifest="results/tables/sweep_cost.json.manifest.json",
+    log:
+        "logs/sweep_cost.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("sweep_cost.py"),
+        benchmarks=all_generate_benchmarks(),
+    script:
+        "../scripts/sweep_cost.py"

@@ -16,6 +16,8 @@ rule probe_attention_sink:
         manifest="results/probes/{dataset}/{task}/{model}/attention_sink.json.manifest.json",
     log:
         "logs/probe_attention_sink/{dataset}/{task}/{model}.log",
+    benchmark:
+        "benchmarks/probe_attention_sink/{dataset}/{task}/{model}.tsv"
     conda:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
@@ -39,6 +41,8 @@ rule probe_padding:
         manifest="results/probes/padding/{task}/{model}/{method}.json.manifest.json",
     log:
         "logs/probe_padding/{task}/{model}/{method}.log",
+    benchmark:
+        "benchmarks/probe_padding/{task}/{model}/{method}.tsv"
     conda:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]

@@ -4,11 +4,12 @@ import sys
 from pathlib import Path
 
 from kvcache_bench.data.shaped_model import build_shaped_model
+from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.workflow import current_job, logging_to, params_of
+from kvcache_bench.workflow import current_job, params_of
 
 job = current_job(globals())
-with logging_to(job):
+with gpu_job(job):  # builds the model it saves: nothing to load
     p = job.params
     facts = build_shaped_model(p.shape, p.seed, job.input.tokenizer, job.output.model_dir, p.dtype, p.device)
     write_manifest(Path(job.output.model_dir) / "config.json", params_of(job), p.seed, extra=facts)

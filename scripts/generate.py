@@ -1,13 +1,16 @@
 """Snakemake adapter: run one (dataset, task, model, method, retention, batch, question mode) cell."""
 
-from kvcache_bench.generation import warm_start
+from kvcache_bench.generation import worker
+from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.workflow import current_job
 
 job = current_job(globals())
-if warm_start.applies_to(job):
-    # torch is not imported here: a process that has it imported runs the job (each cell still its own job)
-    warm_start.run_warm(job, "kvcache_bench.generation.job:run_generate_job", key=job.params.code)
-else:
-    from kvcache_bench.generation.job import run_generate_job
+in_worker = worker.applies_to(job)
+# with a model worker this process is a light client: it claims the GPU and checks the data, imports no torch
+with gpu_job(job, load=not in_worker) as entered:
+    if in_worker:
+        worker.run_in_worker(job, entered)
+    else:
+        from kvcache_bench.generation.job import write_cell_predictions
 
-    run_generate_job(job)
+        write_cell_predictions(job, entered.loaded, entered.data)

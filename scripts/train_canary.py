@@ -2,10 +2,11 @@
 
 from kvcache_bench.canary.settings import TrainSettings
 from kvcache_bench.canary.train import train_canary
-from kvcache_bench.workflow import current_job, logging_to
+from kvcache_bench.generation.gpu_job import gpu_job
+from kvcache_bench.workflow import current_job
 
 job = current_job(globals())
-with logging_to(job):
+with gpu_job(job):  # the canary is built here from its settings, not loaded
     # DataLoader workers as the settings ask (the rule's threads = num_workers + 1), fewer if Snakemake gave fewer cores
     workers = min(job.params.settings.get("num_workers", 0), max(0, int(job.threads) - 1))
     settings = TrainSettings.from_dict({**job.params.settings, "num_workers": workers})

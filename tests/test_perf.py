@@ -285,3 +285,14 @@ def test_decode_batched_generate_jobs_are_planned_from_records_at_their_decode_b
     assert f"{4 * 0.25 / 3600:>8.4f}  measured llama-shape on NVIDIA H200 at decode batch 32" in text
     assert f"{4 * 0.25 / 3600:>8.4f}  measured llama-shape on NVIDIA H200 (snapkv 50%) at decode batch 32" in text
     assert f"{4 * (0.4 + 63 * 0.025) / 3600:>8.4f}  measured llama-shape on NVIDIA H200\n" in text
+
+
+def test_the_plan_counts_one_load_per_model_worker_not_per_cell():
+    defaults = {"load_s": 30.0, "prefill_tokens_per_s": 4096.0, "decode_s_per_token": 0.02, "prompt_tokens": 4096}
+    cells = [_job(stage="generate", method=m, runs=10, prompt=None, output=m) for m in ("snapkv", "knorm", "h2o")]
+    for cell, worker in zip(cells, ("m (sdpa attention)", "m (sdpa attention)", "m (eager attention)")):
+        cell["worker"] = worker
+    text = plan.plan_report(cells, [], defaults=defaults, exists=lambda p: False)
+    work = 3 * 10 * (1.0 + 63 * 0.02)
+    assert f"generate       3 {(work + 2 * 30) / 3600:>10.3f}" in text  # two workers, two loads
+    assert "one per model worker (2:" in text

@@ -1,4 +1,5 @@
-"""Editing the library reruns exactly the jobs that run the edited module (each rule's params carry a hash of them)."""
+"""Editing the library's code reruns exactly the jobs that run the edited module (each rule's params carry a hash
+of their syntax trees); editing a comment, a docstring or the formatting reruns nothing."""
 
 from __future__ import annotations
 
@@ -22,15 +23,31 @@ def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_include
     assert "kvcache_bench/analysis/plots.py" in figure and "kvcache_bench/generation/single_decode.py" not in figure
 
 
-def test_the_hash_changes_with_a_module_the_script_runs_and_only_then(tmp_path):
+def _checkout_copy(tmp_path):
     copy = tmp_path / "checkout"
     shutil.copytree(REPO / "kvcache_bench", copy / "kvcache_bench", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "scripts", copy / "scripts")
-    before = {s: package_code_hash(copy / "scripts" / s, copy / "kvcache_bench") for s in ("generate.py", "score.py")}
-    with open(copy / "kvcache_bench/generation/single_decode.py", "a") as handle:
-        handle.write("\n# an edit\n")
-    after = {s: package_code_hash(copy / "scripts" / s, copy / "kvcache_bench") for s in ("generate.py", "score.py")}
+    return copy
+
+
+def _hashes(copy):
+    return {s: package_code_hash(copy / "scripts" / s, copy / "kvcache_bench") for s in ("generate.py", "score.py")}
+
+
+def test_the_hash_changes_with_the_code_of_a_module_the_script_runs_and_only_then(tmp_path):
+    copy = _checkout_copy(tmp_path)
+    before = _hashes(copy)
+    _append_code(copy / "kvcache_bench/generation/single_decode.py")
+    after = _hashes(copy)
     assert after["generate.py"] != before["generate.py"] and after["score.py"] == before["score.py"]
+
+
+def test_comments_docstrings_and_formatting_leave_the_hash_alone(tmp_path):
+    copy = _checkout_copy(tmp_path)
+    before = _hashes(copy)
+    _rewrite_without_changing_code(copy / "kvcache_bench/io.py")
+    _rewrite_without_changing_code(copy / "kvcache_bench/generation/single_decode.py")
+    assert _hashes(copy) == before
 
 
 def test_every_rule_with_a_script_carries_the_hash_of_that_scripts_modules():
@@ -51,19 +68,46 @@ def finished_demo(demo_run, tmp_path):
     return copy
 
 
-def _append_comment(path):
+def _append_code(path):
     with open(path, "a") as handle:
-        handle.write("\n# an edit that changes no behaviour, but Snakemake cannot know that\n")
+        handle.write("\n_AN_EDIT_THAT_CHANGES_THE_CODE = True\n")
+
+
+def _rewrite_without_changing_code(path):
+    """A new module docstring, a function's docstring reworded, a comment, and code reformatted."""
+    source = path.read_text()
+    module_doc = re.match(r'\s*"""(.*?)"""', source, flags=re.S)
+    assert module_doc, path
+    source = source.replace(module_doc.group(1), "Reworded: " + module_doc.group(1), 1)
+    function_doc = re.search(r'(def \w+\(.*?\).*?:\n\s+""")', source, flags=re.S)
+    assert function_doc, path
+    source = source.replace(function_doc.group(1), function_doc.group(1) + "Reworded. ", 1)
+    source = source.replace("import os\n", "import os  # a comment\n\n\n", 1)
+    path.write_text(source + "\n# a closing comment\n")
+
+
+def test_a_docstring_comment_or_formatting_edit_plans_nothing(finished_demo):
+    _rewrite_without_changing_code(finished_demo / "kvcache_bench/io.py")
+    _rewrite_without_changing_code(finished_demo / "kvcache_bench/generation/single_decode.py")
+    result = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True)
+    assert planned_jobs(result.stdout) == {}, result.stdout[-2000:]
 
 
 def test_an_engine_edit_plans_the_generate_jobs_again(finished_demo):
-    _append_comment(finished_demo / "kvcache_bench/generation/single_decode.py")
+    _append_code(finished_demo / "kvcache_bench/generation/single_decode.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert jobs["generate"] == 78
     assert "figure_quality_vs_retention" in jobs  # downstream of new predictions
 
 
+def test_a_metric_edit_plans_the_scores_and_what_reads_them_and_nothing_upstream(finished_demo):
+    _append_code(finished_demo / "kvcache_bench/analysis/metrics.py")
+    jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
+    assert jobs["score"] == 52
+    assert set(jobs) == {"score", "aggregate", "all"} | FIGURE_RULES
+
+
 def test_a_plotting_edit_plans_only_the_figures(finished_demo):
-    _append_comment(finished_demo / "kvcache_bench/analysis/plots.py")
+    _append_code(finished_demo / "kvcache_bench/analysis/plots.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert set(jobs) == FIGURE_RULES | {"all"}

@@ -31,3 +31,14 @@ def test_ci_and_the_readme_share_one_set_up_script():
     assert "bash tools/system_packages.sh" in (REPO / "tools/bootstrap.sh").read_text()
     assert "bash tools/bootstrap.sh" in (REPO / ".ci/run").read_text()
     assert "bash tools/bootstrap.sh" in (REPO / "README.md").read_text()
+
+
+def test_every_environment_variable_of_the_project_has_one_prefix():
+    """Two prefixes (the old KV-BENCH one beside KVCACHE_BENCH_) leave a user guessing which one a setting takes."""
+    names = set()
+    for folder in ("kvcache_bench", "scripts", "tools", "tests", ".ci", "profiles", "rules", "docs"):
+        for path in REPO.joinpath(folder).rglob("*"):
+            if path.is_file() and path.suffix in {".py", ".sh", ".smk", ".yaml", ".md", ""}:
+                names |= set(re.findall(r"\b(KV[A-Z_]*BENCH_[A-Z_]+)\b", path.read_text(errors="ignore")))
+    names |= set(re.findall(r"\b(KV[A-Z_]*BENCH_[A-Z_]+)\b", (REPO / "README.md").read_text()))
+    assert names and all(name.startswith("KVCACHE_BENCH_") for name in names), sorted(names)

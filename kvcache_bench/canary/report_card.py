@@ -108,7 +108,7 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
     import torch
 
-    from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device, stop_token_ids
+    from kvcache_bench.generation.loading import load_for_settings
     from kvcache_bench.generation.single_decode import padded_batch_answers
     from kvcache_bench.methods.registry import build_press
     from kvcache_bench.study.prompts import build_prompt_tokens
@@ -116,10 +116,9 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     if setting.question_mode != "question_aware":
         raise ValueError("the padded harness prefills the whole prompt: question-aware only")
     torch.manual_seed(seed)
-    tokenizer = load_tokenizer(model_settings.path)
-    model = load_model(model_settings.path, model_settings.dtype, model_settings.attn_implementation, pick_device(model_settings.device))
+    loaded = load_for_settings(model_settings)
+    model, tokenizer, stop_ids = loaded.model, loaded.tokenizer, set(loaded.stop_ids)
     press = build_press(setting.method, setting.retention, kwargs, seed=seed)
-    stop_ids = stop_token_ids(model, tokenizer)
     prompts = [build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens) for r in rows]
     return padded_batch_answers(model, tokenizer, prompts, press, setting.batch_size, tokenizer.pad_token_id, 8, stop_ids)
 

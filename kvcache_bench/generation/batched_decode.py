@@ -387,7 +387,7 @@ class StaticDecodeState:
 
 
 def _graphs_wanted(model) -> bool:
-    return model.device.type == "cuda" and os.environ.get("KVBENCH_DECODE_GRAPHS", "1") != "0"
+    return model.device.type == "cuda" and os.environ.get("KVCACHE_BENCH_DECODE_GRAPHS", "1") != "0"
 
 
 def decode_mode(model) -> str:

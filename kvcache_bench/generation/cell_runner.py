@@ -16,14 +16,7 @@ from kvcache_bench.generation.batched_decode import (
     generate_prefill_one_decode_many,
     generate_shared_contexts_together,
 )
-from kvcache_bench.generation.loading import (
-    ModelSettings,
-    load_model,
-    load_tokenizer,
-    pick_device,
-    stop_token_ids,
-    synchronize,
-)
+from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
 from kvcache_bench.generation.other_question import OtherQuestionGroup, generate_other_question
 from kvcache_bench.generation.single_decode import (
     Generation,
@@ -222,14 +215,16 @@ def other_question_tokens(prompts: list[PromptTokens], rows: list[dict], partner
 
 
 def load_cell_generator(
-    model_settings: ModelSettings, *, task: str, method: str, retention: float, mode: QuestionMode, batch_size: int,
-    decode_batch_size: int, max_new_tokens: int, seed: int, method_kwargs: dict | None,
+    model_settings: ModelSettings, loaded: LoadedModel | None, *, task: str, method: str, retention: float, mode: QuestionMode,
+    batch_size: int, decode_batch_size: int, max_new_tokens: int, seed: int, method_kwargs: dict | None,
 ) -> tuple[object, CellGenerator]:
-    """(tokenizer, generator): the model loaded for ``method``, its press and cache, and the cell's one strategy."""
-    device = pick_device(model_settings.device)
-    tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
+    """(tokenizer, generator): the model (``loaded``, or loaded now) for ``method``, its press and cache, and the cell's one strategy."""
     attention = attention_implementation_for(method, model_settings.attn_implementation)
-    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
+    if loaded is None:
+        loaded = load_for_settings(model_settings, attn_implementation=attention)
+    elif loaded.attn_implementation != attention:
+        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     press = build_press(method, retention, method_kwargs, seed=seed)
     # Without a press no question is in view: the cache is the context's whichever question was asked before.
     generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode.removes_the_question_it_showed and press is None else mode
@@ -238,7 +233,7 @@ def load_cell_generator(
     log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
     return tokenizer, CellGenerator(
         model, press, cache_factory_for(method, model, method_kwargs), generation_mode,
-        strategy, max_new_tokens, stop_token_ids(model, tokenizer) | extra_stop_ids(tokenizer, task),
+        strategy, max_new_tokens, set(loaded.stop_ids) | extra_stop_ids(tokenizer, task),
         1 if task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, decode_batch_size,
     )
 
@@ -281,13 +276,16 @@ def run_cell(
     method_kwargs: dict | None = None,
     progress: bool = True,
     decode_batch_size: int = 1,
+    loaded: LoadedModel | None = None,
 ):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
 
     ``batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
-    (``kvcache_bench.generation.batched_decode``: safe with eviction). In the other-question mode a row
-    that is the only question on its context has no record (the cell's count says how many it could use).
+    (``kvcache_bench.generation.batched_decode``: safe with eviction). ``loaded`` is a model a worker
+    loaded already for these settings and this method's attention (``kvcache_bench.generation.worker``).
+    In the other-question mode a row that is the only question on its context has no record (the cell's
+    count says how many it could use).
     """
     from tqdm import tqdm
 
@@ -303,7 +301,7 @@ def run_cell(
         partner = {row["_id"]: row["_id"] for row in rows}
     torch.manual_seed(seed)
     tokenizer, generator = load_cell_generator(
-        model_settings, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
+        model_settings, loaded, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
         decode_batch_size=decode_batch_size, max_new_tokens=max_new_tokens, seed=seed, method_kwargs=method_kwargs,
     )
     model, strategy, device = generator.model, generator.strategy, generator.model.device

@@ -211,8 +211,9 @@ def pin_gpus_for_job(job) -> GpuPin:
     """Pin the GPUs a Snakemake job asked for (``resources: gpu=N``); nothing for CPU jobs or device: cpu."""
     resources = getattr(job, "resources", None) or {}
     wanted = int(resources.get("gpu", 0) or 0) if hasattr(resources, "get") else 0
-    model = getattr(getattr(job, "params", None), "model", None)
-    device = model.get("device", "auto") if isinstance(model, dict) else "auto"
+    params = getattr(job, "params", None)
+    model = getattr(params, "model_settings", None) or getattr(params, "model", None)  # rules name it model_settings
+    device = model.get("device", "auto") if isinstance(model, dict) else getattr(params, "device", None) or "auto"
     if wanted == 0 or str(device).startswith("cpu"):
         return GpuPin([], "none")
     pin = pin_gpus(wanted)

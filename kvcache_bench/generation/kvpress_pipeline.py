@@ -20,7 +20,7 @@ import time
 import torch
 
 from kvcache_bench.generation.caches import mean_cache_length
-from kvcache_bench.generation.loading import ModelSettings, load_model, load_tokenizer, pick_device, synchronize
+from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.prompts import split_prompt
 
@@ -52,18 +52,22 @@ def run_cell_on_kvpress_pipeline(
     seed: int,
     method_kwargs: dict | None = None,
     decode_batch_size: int = 1,
+    loaded: LoadedModel | None = None,
 ):
-    """Yield one prediction record per row, in row order, from kvpress's pipeline (batch 1 only)."""
+    """Yield one prediction record per row, in row order, from kvpress's pipeline (batch 1 only); ``loaded``:
+    a model a worker loaded already for these settings and this method's attention."""
     from kvpress import KVPressTextGenerationPipeline  # noqa: F401  (importing kvpress registers the pipeline)
     from transformers import pipeline
 
     if batch_size != 1 or decode_batch_size != 1:
         raise ValueError(f"kvpress's pipeline generates one example at a time; batch {batch_size}, decode batch {decode_batch_size} asked")
     torch.manual_seed(seed)
-    device = pick_device(model_settings.device)
-    tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
     attention = attention_implementation_for(method, model_settings.attn_implementation)
-    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
+    if loaded is None:
+        loaded = load_for_settings(model_settings, attn_implementation=attention)
+    elif loaded.attn_implementation != attention:
+        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=device)
     press = build_press(method, retention, method_kwargs, seed=seed)
     make_cache = cache_factory_for(method, model, method_kwargs)

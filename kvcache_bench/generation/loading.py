@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import torch
@@ -82,3 +83,32 @@ class ModelSettings:
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False
     device: str = "auto"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to generate: what every GPU (or CPU) job of the workflow starts from."""
+
+    model: object
+    tokenizer: object | None
+    device: torch.device
+    stop_ids: frozenset[int]
+    attn_implementation: str
+    load_seconds: float
+    settings: ModelSettings
+
+
+def load_for_settings(settings: ModelSettings, *, attn_implementation: str | None = None, tokenizer: bool = True) -> LoadedModel:
+    """The one way the workflow loads a model: its tokenizer, weights on the settings' device, and stop tokens.
+
+    ``attn_implementation`` overrides the settings' (a press that reads attention weights needs eager);
+    ``tokenizer=False`` for a job that feeds token ids of its own (a model built with random weights may
+    have no tokenizer).
+    """
+    start = time.perf_counter()
+    device = pick_device(settings.device)
+    attention = attn_implementation or settings.attn_implementation
+    loaded_tokenizer = load_tokenizer(settings.path, settings.trust_remote_code) if tokenizer else None
+    model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code)
+    stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
+    return LoadedModel(model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings)

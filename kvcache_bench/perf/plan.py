@@ -13,7 +13,7 @@ from kvcache_bench.perf.tables import MixedHardwareError
 # Stated defaults for cells no perf record covers: an 8B model in bf16 on one H100/H200-class GPU,
 # decoding batch 1 with Hugging Face's Python loop (launch-bound). Override in perf.estimate.defaults.
 ESTIMATE_DEFAULTS = {
-    "load_s": 60.0,  # loading weights and kvpress, once per job
+    "load_s": 60.0,  # loading weights and kvpress, once per job (once per model worker for generate jobs in one)
     "prefill_tokens_per_s": 10000.0,
     "decode_s_per_token": 0.03,
     "prompt_tokens": 4096,  # a generation prompt's length when the plan cannot know it
@@ -45,7 +45,8 @@ def _per_run_seconds(matched: list[dict], prompt_tokens: int, new_tokens: int) -
 
 
 def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: dict) -> tuple[float, str, int]:
-    """(GPU seconds, where the estimate came from, prompt tokens assumed) for one planned job."""
+    """(GPU seconds, where the estimate came from, prompt tokens assumed) for one planned job, its model load
+    included unless a model worker (``job["worker"]``) loads it; ``plan_report`` counts one load per worker."""
     settings = {**ESTIMATE_DEFAULTS, **defaults}
     prompt = job["prompt_tokens"] or min(int(settings["prompt_tokens"]), job["max_context_tokens"])
     model = same_cost_as.get(job["model"], job["model"])
@@ -68,14 +69,15 @@ def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: d
     else:
         per_run = prompt / settings["prefill_tokens_per_s"] + (job["new_tokens"] - 1) * settings["decode_s_per_token"]
         source = "defaults"
-    return settings["load_s"] + job["runs"] * per_run, source, prompt
+    load = 0.0 if job.get("worker") else settings["load_s"]
+    return load + job["runs"] * per_run, source, prompt
 
 
 def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, defaults=None, gpu_name=None, exists=None) -> str:
     """Like ``snakemake -n``, in hours: every GPU job not yet done, its estimate, and totals per rule."""
     exists = exists or os.path.exists
     records = choose_estimate_hardware(records, gpu_name) if records else []
-    lines, totals, done = [], {}, 0
+    lines, totals, done, workers = [], {}, 0, set()
     header = f"{'stage':<9} {'model':<28} {'method':<19} {'kept':>5} {'batch':>5} {'runs':>5} {'tokens':>7} {'GPU-h':>8}  estimate"
     lines.append(header)
     for job in jobs:
@@ -83,6 +85,10 @@ def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, def
             done += 1
             continue
         seconds, source, prompt = estimate_job(job, records, same_cost_as or {}, defaults or {})
+        if job.get("worker") and job["worker"] not in workers:  # the worker's one load, on its first job
+            workers.add(job["worker"])
+            seconds += {**ESTIMATE_DEFAULTS, **(defaults or {})}["load_s"]
+            source += " + the worker's load"
         count, hours = totals.get(job["stage"], (0, 0.0))
         totals[job["stage"]] = (count + 1, hours + seconds / 3600)
         tokens = prompt if job["prompt_tokens"] else f"~{prompt}"
@@ -97,6 +103,8 @@ def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, def
     lines += [f"{rule:<9} {count:>6} {hours:>10.3f}" for rule, (count, hours) in sorted(totals.items())]
     lines.append(f"{'total':<9} {total_jobs:>6} {total_hours:>10.3f}")
     lines.append(f"Already done (not counted): {done}")
+    if workers:
+        lines.append(f"Model loads: one per model worker ({len(workers)}: {', '.join(sorted(workers))}), one per job otherwise.")
     if records:
         backend, gpu = records[0].get("hardware_backend"), records[0].get("gpu_name")
         lines.append(f"Measured records: {len(records)} runs on {gpu} ({backend} backend).")

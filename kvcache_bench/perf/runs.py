@@ -330,30 +330,25 @@ def measure_cells(
 def run_perf_job(
     cell: PerfCell,
     *,
-    model_settings,
+    loaded,
     settings: PerfSettings,
     context_source: str,
     rows: list[dict] | None,
     hardware: str = "auto",
 ) -> tuple[list[dict], dict]:
-    """The ``perf`` rule's work: load the model, build the context, measure one cell.
+    """The ``perf`` rule's work on the model its job loaded (``generation.gpu_job``): build the context,
+    measure one cell.
 
     Returns the records and the job's own accounting: load time, total time, and the share of the
     measured runs' wall time spent outside the model's forward calls.
     """
-    from kvcache_bench.generation.loading import load_model, load_tokenizer, pick_device
-    from kvcache_bench.methods.registry import attention_implementation_for
-
-    job_start = time.perf_counter()
+    job_start = time.perf_counter() - loaded.load_seconds
     check_perf_cell(cell, settings.task)
     torch.manual_seed(settings.seed)
-    device = pick_device(model_settings.device)
-    backend = pick_hardware(hardware, device)
-    attention = attention_implementation_for(cell.method, model_settings.attn_implementation)
-    model = load_model(model_settings.path, model_settings.dtype, attention, device, model_settings.trust_remote_code)
+    model = loaded.model
+    backend = pick_hardware(hardware, loaded.device)
     if context_source == "dataset":
-        tokenizer = load_tokenizer(model_settings.path, model_settings.trust_remote_code)
-        context = dataset_context_ids(tokenizer, settings.task, rows or [], cell.context_tokens, settings.seed)
+        context = dataset_context_ids(loaded.tokenizer, settings.task, rows or [], cell.context_tokens, settings.seed)
     elif context_source == "filler":
         context = filler_context_ids(cell.context_tokens, model.config.vocab_size, settings.seed + cell.context_tokens)
     else:

@@ -13,7 +13,7 @@ import copy
 from collections.abc import Callable
 from decimal import Decimal
 
-from kvcache_bench.methods.registry import retentions_for
+from kvcache_bench.methods.registry import attention_implementation_for, retentions_for
 from kvcache_bench.study.prompts import max_new_tokens_for
 
 # How a retention is written in paths and wildcards: ``retention_label`` writes it, this regex reads it back.
@@ -180,6 +180,14 @@ def perf_record_path(cell: dict) -> str:
 # ----------------------------------------------------------------------------- the plan's jobs
 
 
+def _worker_of(config: dict, cell: dict) -> str | None:
+    """The model worker a generate job runs in (generation.worker; one per GPU, the plan counts one), or None."""
+    if not config["generation"].get("model_workers"):
+        return None
+    model = config["models"][cell["model"]]
+    return f"{cell['model']} ({attention_implementation_for(cell['method'], model['attn_implementation'])} attention)"
+
+
 def plan_jobs(config: dict, study_cells: list[dict], perf_cells: list[dict]) -> list[dict]:
     """Every GPU job the config asks for, with what its cost depends on (kvcache_bench.perf.plan estimates it)."""
     perf = config["perf"]
@@ -196,6 +204,7 @@ def plan_jobs(config: dict, study_cells: list[dict], perf_cells: list[dict]) -> 
             prompt_tokens=None,
             max_context_tokens=config["models"][cell["model"]]["max_context_tokens"],
             new_tokens=max_new_tokens(config, cell["task"]),
+            worker=_worker_of(config, cell),
         )
         for cell in study_cells
     ]

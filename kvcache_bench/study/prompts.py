@@ -177,7 +177,7 @@ def split_prompt(task: str, context: str, question: str) -> tuple[str, str]:
 
 
 # Marks where the question starts inside the user turn while the chat template renders it; removed after.
-_QUESTION_MARK = "\u2063KVBENCH_QUESTION\u2063"
+_QUESTION_MARK = "\u2063KVCACHE_BENCH_QUESTION\u2063"
 
 
 def _truncate_like_longbench(tokenizer, context_text: str, question_text: str, max_tokens: int):
