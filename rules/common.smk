@@ -19,6 +19,7 @@ import yaml
 from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
+from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
 from kvcache_bench.methods.registry import METHODS, retentions_for
 from kvcache_bench.study.config_checks import (
@@ -68,7 +69,7 @@ wildcard_constraints:
     retention=study.RETENTION_WILDCARD,
     batch_size=r"\d+",
     decode_batch_size=r"\d+",
-    question_mode="question_aware|question_agnostic",
+    question_mode="|".join(QUESTION_MODES),
     method=r"[a-z0-9_]+",
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
@@ -94,6 +95,9 @@ def all_generate_benchmarks():
 
 TABLES = ["summary.csv", "summary.md", "per_example.csv"]
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
+# the cost of a changed question needs the mode the press saw it in and the mode it did not
+if {"question_aware", "other_question"} <= set(config["question_modes"]):
+    FIGURES.append("question_change")
 
 
 def table_files():

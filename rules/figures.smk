@@ -74,3 +74,31 @@ rule figure_batch_size:
         title="Full cache: does batching change the answers?",
     script:
         "../scripts/figure_batch_size.py"
+
+
+rule figure_question_change:
+    input:
+        summary=rules.aggregate.output.summary,
+        per_example=rules.aggregate.output.per_example,
+    output:
+        png=report(
+            "results/figures/question_change.png",
+            caption="../report/question_change.rst",
+            category="Figures",
+            subcategory="Quality",
+        ),
+        svg="results/figures/question_change.svg",
+        manifest="results/figures/question_change.png.manifest.json",
+    log:
+        "logs/figures/question_change.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_question_change.py"),
+        title="What a changed question costs: the press saw this question, none, or another",
+        band_alpha=0.15,
+        seed=SEED,
+        n_resamples=config["analysis"]["bootstrap_resamples"],
+    script:
+        "../scripts/figure_question_change.py"

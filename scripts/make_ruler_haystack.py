@@ -10,6 +10,7 @@ with logging_to(job):
         p.task,
         tokenizer_dir=job.input.tokenizer,
         prompt_length=p.prompt_length,
+        questions_per_haystack=p.questions_per_haystack,
         num_examples=p.num_examples,
         seed=p.seed,
         ruler_layout_path=job.output.ruler_layout,

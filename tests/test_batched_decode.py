@@ -12,6 +12,7 @@ from kvcache_bench.generation import single_decode as engine
 from kvcache_bench.generation.batched_decode import DecodePath, generate_prefill_one_decode_many
 from kvcache_bench.methods.registry import METHODS, attention_implementation_for, build_press
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "resources" / "demo" / "model_config.json"
 VOCAB = 256
@@ -54,7 +55,7 @@ def random_prompts(shapes=SHAPES, seed: int = 1) -> list[PromptTokens]:
     prompts = []
     for context, question in shapes:
         ids = torch.randint(3, VOCAB, (context + question,), generator=generator).tolist()
-        prompts.append(PromptTokens([1] + ids[1:context], ids[context:], False, context + question))
+        prompts.append(PromptTokens([1] + ids[1:context], ids[context:]))
     return prompts
 
 
@@ -62,26 +63,26 @@ def press_for(method: str):
     return build_press(method, 1.0 if not METHODS[method].evicts else 0.5, seed=0)
 
 
-def engine_tokens(model, prompts, method, question_aware, stop_ids=STOP, new_tokens=NEW_TOKENS):
+def engine_tokens(model, prompts, method, mode, stop_ids=STOP, new_tokens=NEW_TOKENS):
     press = press_for(method)
-    return [engine.generate_one(model, p, press, question_aware, new_tokens, stop_ids).token_ids for p in prompts]
+    return [engine.generate_one(model, p, press, mode, new_tokens, stop_ids).token_ids for p in prompts]
 
 
-def batched(model, prompts, method, question_aware, decode_batch_size, stop_ids=STOP, new_tokens=NEW_TOKENS):
+def batched(model, prompts, method, mode, decode_batch_size, stop_ids=STOP, new_tokens=NEW_TOKENS):
     generations, path = generate_prefill_one_decode_many(
-        model, prompts, press_for(method), question_aware, new_tokens, stop_ids, decode_batch_size
+        model, prompts, press_for(method), mode, new_tokens, stop_ids, decode_batch_size
     )
     return [g.token_ids for g in generations], path
 
 
-@pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
+@pytest.mark.parametrize("mode", [QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC], ids=str)
 @pytest.mark.parametrize("method", BATCHABLE_METHODS)
-def test_decode_batches_match_the_batch_one_engine(method, question_aware):
+def test_decode_batches_match_the_batch_one_engine(method, mode):
     model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
     prompts = random_prompts()
-    expected = engine_tokens(model, prompts, method, question_aware)
+    expected = engine_tokens(model, prompts, method, mode)
     for decode_batch_size in (1, 3, 8):
-        tokens, path = batched(model, prompts, method, question_aware, decode_batch_size)
+        tokens, path = batched(model, prompts, method, mode, decode_batch_size)
         assert tokens == expected, f"decode batch {decode_batch_size}"
         assert path == DecodePath(decode_batch_size, min(decode_batch_size, len(prompts)), None)
 
@@ -89,24 +90,24 @@ def test_decode_batches_match_the_batch_one_engine(method, question_aware):
 def test_pyramidkv_layers_of_unequal_length_decode_together():
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
-    generations, path = generate_prefill_one_decode_many(model, prompts, press_for("pyramidkv"), True, NEW_TOKENS, STOP, 8)
+    generations, path = generate_prefill_one_decode_many(model, prompts, press_for("pyramidkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 8)
     from kvcache_bench.generation.batched_decode import prefill_prompt
 
-    lengths = {tuple(k.shape[-2] for k in prefill_prompt(model, prompts[1], press_for("pyramidkv"), True).keys)}
+    lengths = {tuple(k.shape[-2] for k in prefill_prompt(model, prompts[1], press_for("pyramidkv"), QuestionMode.QUESTION_AWARE).keys)}
     assert len(set(next(iter(lengths)))) > 1, "the test needs a press keeping different counts per layer"
     assert path.effective_decode_batch_size == len(prompts) and path.fallback is None
-    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "pyramidkv", True)
+    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "pyramidkv", QuestionMode.QUESTION_AWARE)
 
 
 def test_rows_stop_on_their_own():
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
-    free = engine_tokens(model, prompts, "snapkv", True, stop_ids=set(), new_tokens=8)
+    free = engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, stop_ids=set(), new_tokens=8)
     stop_ids = {free[1][2], free[3][4]}  # rows 1 and 3 (at least) stop early, others may run on
-    expected = engine_tokens(model, prompts, "snapkv", True, stop_ids=stop_ids, new_tokens=8)
+    expected = engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, stop_ids=stop_ids, new_tokens=8)
     assert sorted({len(t) for t in expected}) != [8], "some row must stop before the limit"
     assert len({len(t) for t in expected}) > 1, "rows must stop at different steps"
-    tokens, _ = batched(model, prompts, "snapkv", True, 8, stop_ids=stop_ids, new_tokens=8)
+    tokens, _ = batched(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, 8, stop_ids=stop_ids, new_tokens=8)
     assert tokens == expected
 
 
@@ -115,8 +116,8 @@ def test_a_press_that_masks_keys_per_head_falls_back_to_batch_one_and_says_so():
 
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts(SHAPES[:3])
-    expected = [engine.generate_one(model, p, AdaKVPress(SnapKVPress(0.5)), True, NEW_TOKENS, STOP).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(model, prompts, AdaKVPress(SnapKVPress(0.5)), True, NEW_TOKENS, STOP, 3)
+    expected = [engine.generate_one(model, p, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(model, prompts, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 3)
     assert [g.token_ids for g in generations] == expected
     assert path.effective_decode_batch_size == 1
     assert "per head" in path.fallback
@@ -125,7 +126,7 @@ def test_a_press_that_masks_keys_per_head_falls_back_to_batch_one_and_says_so():
 
 def test_model_attention_is_restored_after_batched_decoding():
     model = demo_shaped_llama("sdpa")
-    batched(model, random_prompts(SHAPES[:2]), "snapkv", True, 2)
+    batched(model, random_prompts(SHAPES[:2]), "snapkv", QuestionMode.QUESTION_AWARE, 2)
     assert model.config._attn_implementation == "sdpa"
 
 
@@ -136,8 +137,8 @@ def test_shared_context_compressed_once_decodes_like_each_question_alone(method)
     model = demo_shaped_llama("sdpa")
     context = random_prompts([(250, 0)])[0].context_ids
     questions = [q.question_ids for q in random_prompts([(1, 6), (1, 15), (1, 9)], seed=7)]
-    prompts = [PromptTokens(context, q, False, len(context) + len(q)) for q in questions]
-    expected = engine_tokens(model, prompts, method, question_aware=False)
+    prompts = [PromptTokens(context, q) for q in questions]
+    expected = engine_tokens(model, prompts, method, QuestionMode.QUESTION_AGNOSTIC)
     prefilled = prefilled_shared_context(model, context, questions, press_for(method))
     assert [p.prompt_tokens for p in prefilled] == [len(context) + len(q) for q in questions]
     assert decode_together(model, prefilled, NEW_TOKENS, STOP) == expected
@@ -159,7 +160,7 @@ def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
 
     def run(decode_batch_size):
         generations, path = generate_prefill_one_decode_many(
-            model, prompts, None, True, NEW_TOKENS, STOP, decode_batch_size, make_cache=make_cache
+            model, prompts, None, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size, make_cache=make_cache
         )
         return [g.token_ids for g in generations], path
 
@@ -169,7 +170,7 @@ def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
     assert path.effective_decode_batch_size == 1 and "QuantizedCache" in path.fallback
     assert len(made) == 2 * len(prompts), "every example must be prefilled into a cache from make_cache"
     if "make_cache" in inspect.signature(engine.generate_one).parameters:
-        assert tokens == [engine.generate_one(model, p, None, True, NEW_TOKENS, STOP, make_cache=make_cache).token_ids for p in prompts]
+        assert tokens == [engine.generate_one(model, p, None, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, make_cache=make_cache).token_ids for p in prompts]
 
 
 def test_min_new_tokens_blocks_early_stops_in_every_row():
@@ -177,12 +178,12 @@ def test_min_new_tokens_blocks_early_stops_in_every_row():
 
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
-    free = engine_tokens(model, prompts, "snapkv", True, stop_ids=set())
+    free = engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, stop_ids=set())
     stop_ids = {free[0][0], free[2][1]}  # would stop rows 0 and 2 at their first or second token
 
     def run(decode_batch_size):
         generations, _ = generate_prefill_one_decode_many(
-            model, prompts, press_for("snapkv"), True, NEW_TOKENS, stop_ids, decode_batch_size, min_new_tokens=3
+            model, prompts, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_ids, decode_batch_size, min_new_tokens=3
         )
         return [g.token_ids for g in generations]
 
@@ -191,7 +192,7 @@ def test_min_new_tokens_blocks_early_stops_in_every_row():
     assert run(4) == alone
     if "min_new_tokens" in inspect.signature(engine.generate_one).parameters:
         press = press_for("snapkv")
-        assert alone == [engine.generate_one(model, p, press, True, NEW_TOKENS, stop_ids, min_new_tokens=3).token_ids for p in prompts]
+        assert alone == [engine.generate_one(model, p, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_ids, min_new_tokens=3).token_ids for p in prompts]
 
 
 def test_grouped_query_decode_attention_equals_repeated_kv_attention():
@@ -233,20 +234,20 @@ def test_a_second_batch_of_the_same_shape_reuses_the_decode_buffers_and_answers_
 
     batched_decode._state_for = spy
     try:
-        tokens, path = batched(model, prompts, "snapkv", True, 2, stop_ids=set(), new_tokens=8)
+        tokens, path = batched(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, 2, stop_ids=set(), new_tokens=8)
     finally:
         batched_decode._state_for = original
     assert len(states) == 2 and states[0] is states[1]
-    assert tokens == engine_tokens(model, prompts, "snapkv", True, stop_ids=set(), new_tokens=8)
+    assert tokens == engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, stop_ids=set(), new_tokens=8)
 
 
 def test_a_memory_budget_cuts_decode_batches_without_changing_answers():
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
     generations, path = generate_prefill_one_decode_many(
-        model, prompts, press_for("snapkv"), True, NEW_TOKENS, STOP, 4, memory_budget_bytes=1
+        model, prompts, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 4, memory_budget_bytes=1
     )
-    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "snapkv", True)
+    assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE)
     assert path.effective_decode_batch_size == 1 and "cut at 1 rows" in path.fallback
 
 
@@ -258,6 +259,6 @@ def test_held_back_suffixes_of_different_lengths_run_together_as_the_engine_runs
 
     model = demo_shaped_llama("sdpa")
     prompts = [replace(p, held_back_tokens=n) for p, n in zip(random_prompts(), (3, 1, 6, 2))]
-    expected = engine_tokens(model, prompts, method, True)
-    tokens, _ = batched(model, prompts, method, True, 4)
+    expected = engine_tokens(model, prompts, method, QuestionMode.QUESTION_AWARE)
+    tokens, _ = batched(model, prompts, method, QuestionMode.QUESTION_AWARE, 4)
     assert tokens == expected

@@ -58,3 +58,22 @@ def test_unknown_ruler_subtask_names_the_ones_present(tmp_path):
     )
     with pytest.raises(DatasetUnavailableError, match="tasks present: \\['vt'\\]"):
         load_ruler_rows("cwe", local_path=str(tmp_path / "only_vt.parquet"))
+
+
+def test_the_dataset_log_and_manifest_count_contexts_with_several_questions(tmp_path, caplog):
+    """What the other_question mode can use: a context with one question cannot be in it."""
+    import json
+    import logging
+
+    from kvcache_bench.data.longbench import write_dataset
+
+    rows = normalise_rows(
+        [{"input": f"q{i}", "context": context, "answers": ["a"], "_id": f"r{i}"} for i, context in enumerate(["x", "x", "y", "z", "z", "z"])],
+        "qasper", None,
+    )
+    with caplog.at_level(logging.INFO, logger="kvcache_bench"):
+        facts = write_dataset(rows, tmp_path / "rows.jsonl", {}, 0)
+    assert facts["contexts"] == 3 and facts["contexts_with_several_questions"] == 2
+    assert "2 of 3 contexts have two or more questions: the other_question mode can use 5 of 6 rows" in caplog.text
+    manifest = json.loads((tmp_path / "rows.jsonl.manifest.json").read_text())
+    assert manifest["dataset"]["contexts_with_several_questions"] == 2

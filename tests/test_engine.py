@@ -8,6 +8,7 @@ from kvcache_bench.generation.prefill import prefill
 from kvcache_bench.generation.single_decode import generate_one, generate_padded_batch, generate_shared_context
 from kvcache_bench.methods.registry import build_press, cache_factory_for
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 
 STOP_IDS = {2}
@@ -46,13 +47,13 @@ class PositionRecorder:
         self._handle.remove()
 
 
-@pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
-def test_tokens_after_eviction_continue_at_the_original_prompt_length(model, context, questions, question_aware):
-    prompt = PromptTokens(context, questions[0], False, 129)
+@pytest.mark.parametrize("mode", [QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC], ids=str)
+def test_tokens_after_eviction_continue_at_the_original_prompt_length(model, context, questions, mode):
+    prompt = PromptTokens(context, questions[0])
     press = build_press("knorm", 0.5)
     with PositionRecorder(model) as recorder:
-        generation = generate_one(model, prompt, press, question_aware, 5, set())
-    pressed = prompt.length - 1 if question_aware else len(context)
+        generation = generate_one(model, prompt, press, mode, 5, set())
+    pressed = prompt.length - 1 if mode == QuestionMode.QUESTION_AWARE else len(context)
     assert generation.kept_tokens == pressed // 2  # half the pressed tokens really were dropped
     # What the press did not see (the last prompt token, or the question) runs on the compressed cache
     # at its original positions, so even the first answer token reads only what the press kept.
@@ -65,9 +66,9 @@ def test_the_first_answer_token_reads_the_compressed_cache(model, context, quest
     """A pass under the press attends the whole prompt, so its logits must not choose the first answer token."""
     from kvcache_bench.generation.prefill import prefill_example
 
-    prompt = PromptTokens(context, questions[0], False, 129)
-    _, full_logits, _, _ = prefill_example(model, prompt, None, question_aware=True)
-    _, pressed_logits, kept, pressed = prefill_example(model, prompt, build_press("streaming_llm", 0.1), question_aware=True)
+    prompt = PromptTokens(context, questions[0])
+    _, full_logits, _, _ = prefill_example(model, prompt, None, QuestionMode.QUESTION_AWARE)
+    _, pressed_logits, kept, pressed = prefill_example(model, prompt, build_press("streaming_llm", 0.1), QuestionMode.QUESTION_AWARE)
     assert pressed == prompt.length - 1 and kept < prompt.length / 5
     assert not torch.allclose(full_logits, pressed_logits, atol=1e-4)
 
@@ -104,7 +105,7 @@ def test_compressing_a_shared_context_once_answers_like_compressing_per_question
     if press is not None:
         assert len(compressions) == model.config.num_hidden_layers  # once per layer, not per question
     separate = [
-        generate_one(model, PromptTokens(context, q, False, len(context) + len(q)), press, False, 8, STOP_IDS, make_cache=make_cache)
+        generate_one(model, PromptTokens(context, q), press, QuestionMode.QUESTION_AGNOSTIC, 8, STOP_IDS, make_cache=make_cache)
         for q in questions
     ]
     assert [g.token_ids for g in shared] == [g.token_ids for g in separate]
@@ -113,9 +114,9 @@ def test_compressing_a_shared_context_once_answers_like_compressing_per_question
 
 
 def test_full_cache_batch_of_four_left_padded_equals_batch_one(model):
-    prompts = [PromptTokens(random_prompt_ids(n, seed=20 + n), random_prompt_ids(5, seed=n), False, n + 5) for n in (70, 52, 31, 17)]
+    prompts = [PromptTokens(random_prompt_ids(n, seed=20 + n), random_prompt_ids(5, seed=n)) for n in (70, 52, 31, 17)]
     batched = generate_padded_batch(model, prompts, None, 0, 10, STOP_IDS)
-    single = [generate_one(model, p, None, True, 10, STOP_IDS) for p in prompts]
+    single = [generate_one(model, p, None, QuestionMode.QUESTION_AWARE, 10, STOP_IDS) for p in prompts]
     assert [g.token_ids for g in batched] == [g.token_ids for g in single]
     assert all(len(g.token_ids) == 10 for g in single)  # nothing stopped early: every token compared
 
@@ -134,8 +135,8 @@ def test_quantised_cache_changes_the_computation_and_two_bits_more_than_four(mod
 
 
 def test_samsum_style_minimum_forbids_stopping_at_the_first_token(model, context):
-    first = generate_one(model, PromptTokens(context, [], False, len(context)), None, True, 4, set()).token_ids[0]
-    stopped = generate_one(model, PromptTokens(context, [], False, len(context)), None, True, 4, {first})
+    first = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, set()).token_ids[0]
+    stopped = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, {first})
     assert stopped.token_ids == [first]
-    forced = generate_one(model, PromptTokens(context, [], False, len(context)), None, True, 4, {first}, min_new_tokens=1)
+    forced = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, {first}, min_new_tokens=1)
     assert forced.token_ids[0] != first

@@ -64,7 +64,7 @@ def test_truncation_is_recorded(rows, demo_model):
     assert all(r["max_context_tokens"] == 48 and r["effective_retention"] == 1.0 for r in records)
 
 
-@pytest.mark.parametrize("mode", ["question_aware", "question_agnostic"])
+@pytest.mark.parametrize("mode", ["question_aware", "question_agnostic", "other_question"])
 @pytest.mark.parametrize("method,retention", [("snapkv", 0.5), ("pyramidkv", 0.25), ("full_cache", 1.0)])
 def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_model, mode, method, retention):
     alone = cell(rows, demo_model, mode, method=method, retention=retention)
@@ -93,3 +93,30 @@ def test_a_masking_press_never_appears_to_save_memory(rows, demo_model):
     for record in evicting:
         assert record["kv_bytes_held"] < record["kv_bytes_uncompressed"]
         assert record["kv_bytes_held"] / record["kv_bytes_uncompressed"] == pytest.approx(record["effective_retention"])
+
+
+def test_other_question_cell_uses_contexts_with_two_questions_and_names_the_other(rows, demo_model):
+    lone = normalise_rows(make_synthetic_rows(1, seed=8, min_words=60, max_words=90, questions_per_document=1), "synthetic_qa", None)
+    records = cell(rows + lone, demo_model, "other_question")
+    assert [r["id"] for r in records] == [r["_id"] for r in rows]  # the lone question has no other: no record
+    context_of = {r["_id"]: r["context"] for r in rows}
+    for record in records:
+        assert record["question_mode"] == "other_question"
+        assert record["other_question_id"] != record["id"] and context_of[record["other_question_id"]] == context_of[record["id"]]
+        # the press saw the context and the other question but its last token (synthetic questions are all as long)
+        assert record["pressed_tokens"] == record["prompt_tokens"] - 1
+        assert record["kept_context_slots"] <= record["kept_tokens"] == pytest.approx(record["pressed_tokens"] // 2, abs=1)
+    agnostic = cell(rows, demo_model, "question_agnostic")
+    assert all(r["kept_context_slots"] == r["kept_tokens"] and r["other_question_id"] is None for r in agnostic)
+
+
+def test_same_question_is_other_question_with_this_question_in_view(rows, demo_model):
+    """The control of the other-question mode: every row can be in it, and a press that reads no query (StreamingLLM
+    keeps the first and last slots) cannot tell the two apart when the questions are as long (synthetic ones are)."""
+    same = cell(rows, demo_model, "same_question", method="streaming_llm")
+    other = cell(rows, demo_model, "other_question", method="streaming_llm")
+    assert [r["other_question_id"] for r in same] == [r["id"] for r in same] == [r["_id"] for r in rows]
+    assert [r["prediction"] for r in same] == [r["prediction"] for r in other]
+    assert [r["kept_context_slots"] for r in same] == [r["kept_context_slots"] for r in other]
+    snapkv_same = cell(rows, demo_model, "same_question")
+    assert all(r["pressed_tokens"] == r["prompt_tokens"] - 1 and r["kept_context_slots"] < r["kept_tokens"] for r in snapkv_same)

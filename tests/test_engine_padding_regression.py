@@ -13,6 +13,7 @@ from kvcache_bench.generation.single_decode import generate_one, generate_padded
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 
 LENGTHS = (300, 220, 150, 90)  # row 0 is unpadded; rows 1-3 carry 80, 150 and 210 pads
@@ -22,7 +23,7 @@ PAD_ID, STOP_IDS, NEW_TOKENS = 0, {2}, 8
 @pytest.fixture(scope="module")
 def setting():
     model = tiny_llama(vocab_size=256, seed=0)
-    prompts = [PromptTokens(random_prompt_ids(n, seed=10 + i), [], False, n) for i, n in enumerate(LENGTHS)]
+    prompts = [PromptTokens(random_prompt_ids(n, seed=10 + i), []) for i, n in enumerate(LENGTHS)]
     return model, prompts
 
 
@@ -53,7 +54,7 @@ def pads_kept(full_cache, cache, kept: int) -> list[int]:
 
 
 def batch_one(model, prompts, press):
-    return [generate_one(model, p, press, True, NEW_TOKENS, STOP_IDS).token_ids for p in prompts]
+    return [generate_one(model, p, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP_IDS).token_ids for p in prompts]
 
 
 def test_full_cache_left_padded_batch_matches_batch_one(setting, full_cache_run):

@@ -143,3 +143,42 @@ def test_perf_figures_colour_each_method_as_the_quality_figures_do():
     assert drawn["Knorm"] == to_rgb(method_style("knorm")["color"])
     assert drawn["PyramidKV"] == to_rgb(method_style("pyramidkv")["color"])
     assert drawn["Full cache"] == to_rgb("#000000") and drawn["Knorm"] != drawn["PyramidKV"]
+
+
+def per_example_rows(method, retention, mode, scores):
+    return [dict(dataset="longbench", task="qasper", model="llama", method=method, question_mode=mode, retention=retention,
+                 batch_size=1, decode_batch_size=1, id=f"e{i}", metric="qa_f1", score=s) for i, s in enumerate(scores)]
+
+
+def test_question_change_pairs_aware_and_other_on_the_same_examples_per_method_and_retention():
+    from kvcache_bench.analysis.aggregate import question_change_cost
+
+    rows = per_example_rows("snapkv", 0.25, "question_aware", [1, 1, 1, 0]) + per_example_rows("snapkv", 0.25, "other_question", [0, 1, 0])
+    rows += per_example_rows("knorm", 0.25, "question_aware", [1, 0, 1]) + per_example_rows("knorm", 0.25, "other_question", [1, 0, 1])
+    rows += per_example_rows("full_cache", 1.0, "question_aware", [1, 1, 1]) + per_example_rows("full_cache", 1.0, "other_question", [1, 1, 1])
+    costs = question_change_cost(pd.DataFrame(rows), n_resamples=2000).set_index("method")
+    assert "full_cache" not in costs.index
+    snap = costs.loc["snapkv"]
+    assert snap["n_paired"] == 3  # e3 has no other-question score: not paired
+    assert snap["diff"] == pytest.approx(100 * 2 / 3, abs=0.01) and snap["aware_score"] == 100.0
+    assert snap["diff_ci_low"] <= snap["diff"] <= snap["diff_ci_high"]
+    knorm = costs.loc["knorm"]
+    assert knorm["diff"] == knorm["diff_ci_low"] == knorm["diff_ci_high"] == 0.0
+
+
+def test_question_change_figure_has_a_score_and_a_difference_panel_per_method():
+    from kvcache_bench.analysis.plots import question_change
+
+    modes = ("question_aware", "question_agnostic", "other_question")
+    summary = pd.DataFrame([summary_row(m, r, 40.0 + 10 * k, mode=mode) for m in ("snapkv", "knorm") for r in (0.5, 0.25)
+                            for k, mode in enumerate(modes)])
+    per_example = pd.DataFrame([row for m in ("snapkv", "knorm") for r in (0.5, 0.25) for mode in ("question_aware", "other_question")
+                                for row in per_example_rows(m, r, mode, [1, 0, 1] if mode == "question_aware" else [0, 0, 1])])
+    figure = question_change(summary, per_example, title="t", n_resamples=500)
+    tops = [ax for ax in figure.axes if ax.get_legend() is not None]
+    assert [ax.get_title().split(" · ")[0] for ax in tops] == ["SnapKV", "Knorm"]
+    assert all(len(ax.get_lines()) == 3 for ax in tops)  # a line per question mode
+    bottoms = [ax for ax in figure.axes if "aware - other" in ax.get_ylabel() or ax.get_xlabel().startswith("KV cache kept")]
+    assert len(bottoms) == 2
+    difference = next(line for line in bottoms[0].get_lines() if line.get_marker() == "o")  # not the zero line
+    assert list(difference.get_ydata()) == pytest.approx([100 / 3, 100 / 3], abs=0.01)

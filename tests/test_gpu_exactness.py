@@ -14,6 +14,7 @@ from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, build_rando
 from kvcache_bench.generation.single_decode import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 QUESTION_TOKENS = 32
@@ -26,7 +27,7 @@ def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> 
     for _ in range(count):
         length = int(mean_tokens * (0.9 + 0.2 * torch.rand((), generator=generator).item()))
         ids = torch.randint(3, vocab_size, (length,), generator=generator).tolist()
-        prompts.append(PromptTokens(ids[:-QUESTION_TOKENS], ids[-QUESTION_TOKENS:], False, length))
+        prompts.append(PromptTokens(ids[:-QUESTION_TOKENS], ids[-QUESTION_TOKENS:]))
     return prompts
 
 
@@ -35,7 +36,7 @@ def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape():
     torch.backends.cudnn.allow_tf32 = False
     model = build_random_model(LLAMA_31_8B_SHAPE, torch.float32, torch.device("cuda"), seed=0)
     prompts = random_prompts(4, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=3)
-    reference = [generate_one(model, p, build_press("snapkv", 0.5, seed=0), True, 32, set()).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(model, prompts, build_press("snapkv", 0.5, seed=0), True, 32, set(), 4)
+    reference = [generate_one(model, p, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(model, prompts, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), 4)
     assert path.effective_decode_batch_size == 4
     assert [g.token_ids for g in generations] == reference

@@ -124,3 +124,19 @@ def test_dataset_manifest_names_filler_lengths_and_tokenizer(tokenizer_dir, tmp_
     assert generated["length_counter"]["sha256_of_its_json"] == hashlib.sha256((tokenizer_dir / "tokenizer.json").read_bytes()).hexdigest()
     rows = read_jsonl(tmp_path / "rows.jsonl")
     assert len(rows) == 2 and all(r["answer_prefix"] and r["dataset"] == "niah_single_2" for r in rows)
+
+
+def test_several_questions_share_a_haystack_each_on_its_own_needle_at_its_own_depth(tokenizer):
+    rows, counts = make_haystack_rows("niah_multikey_1", num_examples=6, prompt_length=512, tokenizer=tokenizer, seed=7, questions_per_haystack=3)
+    haystacks = [rows[:3], rows[3:]]
+    for group in haystacks:
+        assert len({r["context"] for r in group}) == 1  # one haystack
+        assert len({r["question"] for r in group}) == 3 and len({r["answer"][0] for r in group}) == 3  # one needle each
+        depths = [group[0]["context"].index(f": {r['answer'][0]}.") for r in group]
+        assert len(set(depths)) == 3
+    assert rows[0]["context"] != rows[3]["context"] and max(counts) <= 512
+    again, _ = make_haystack_rows("niah_multikey_1", num_examples=6, prompt_length=512, tokenizer=tokenizer, seed=7, questions_per_haystack=3)
+    assert again == rows
+    one_each, _ = make_haystack_rows("niah_multikey_1", num_examples=2, prompt_length=512, tokenizer=tokenizer, seed=7)
+    # the first question asks what the one-question layout asks (its haystack may be shorter: it fits one question)
+    assert one_each[0]["question"] == rows[0]["question"] and one_each[0]["answer"] == rows[0]["answer"]

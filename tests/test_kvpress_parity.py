@@ -12,6 +12,7 @@ from kvcache_bench.generation.loading import load_model, load_tokenizer, stop_to
 from kvcache_bench.generation.single_decode import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 MAX_NEW_TOKENS = 12
 FILLER = (
@@ -71,14 +72,14 @@ def kvpress_answer_ids(pipeline, context: str, question: str, press) -> tuple[li
 
 @pytest.mark.parametrize("retention", [0.5, 0.25])
 @pytest.mark.parametrize("method", ["snapkv", "streaming_llm", "knorm", "tova", "plain_expected_attention"])
-@pytest.mark.parametrize("question_aware", [True, False], ids=["question_aware", "question_agnostic"])
-def test_greedy_ids_equal_kvpress_pipeline(smollm2, kvpress_pipeline, method, retention, question_aware):
+@pytest.mark.parametrize("mode", [QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC], ids=str)
+def test_greedy_ids_equal_kvpress_pipeline(smollm2, kvpress_pipeline, method, retention, mode):
     model, tokenizer = smollm2
     context = haystack(14, needle_at=5)
     prompt = build_prompt_tokens(tokenizer, "niah_single_1", context, QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
     assert prompt.chat_template and prompt.held_back_tokens > 0
 
-    if question_aware:  # kvpress's question-aware use: the question inside the context, no question
+    if mode == QuestionMode.QUESTION_AWARE:  # kvpress's question-aware use: the question inside the context, no question
         theirs, inputs = kvpress_answer_ids(kvpress_pipeline, context + QUESTION, "", build_press(method, retention, seed=0))
         ids = prompt.context_ids + prompt.question_ids
         assert inputs["context_ids"][0].tolist() == ids[: -prompt.held_back_tokens]  # same tokens pressed
@@ -89,7 +90,7 @@ def test_greedy_ids_equal_kvpress_pipeline(smollm2, kvpress_pipeline, method, re
         assert inputs["questions_ids"][0][0].tolist() == prompt.question_ids
 
     ours = generate_one(
-        model, prompt, build_press(method, retention, seed=0), question_aware, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer)
+        model, prompt, build_press(method, retention, seed=0), mode, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer)
     )
     assert ours.kept_tokens < ours.pressed_tokens  # the press really evicted
     assert ours.token_ids == theirs, (tokenizer.decode(ours.token_ids), tokenizer.decode(theirs))
@@ -99,5 +100,5 @@ def test_full_cache_finds_the_needle(smollm2):
     """The fixture is a real model: with the whole cache it reads the haystack and answers."""
     model, tokenizer = smollm2
     prompt = build_prompt_tokens(tokenizer, "niah_single_1", haystack(14, needle_at=5), QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
-    answer = generate_one(model, prompt, None, True, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer))
+    answer = generate_one(model, prompt, None, QuestionMode.QUESTION_AWARE, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer))
     assert "lantern" in tokenizer.decode(answer.token_ids)

@@ -12,6 +12,7 @@ from kvcache_bench.generation.loading import stop_token_ids
 from kvcache_bench.generation.single_decode import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 NEW_TOKENS = 6
 # One method per way of compressing (masking per head, critical rescoring, blocks, chunks, key channels,
@@ -27,5 +28,5 @@ def test_greedy_ids_equal_kvpress_pipeline_for_the_library(smollm2, kvpress_pipe
     context = haystack(14, needle_at=5)
     prompt = build_prompt_tokens(tokenizer, "niah_single_1", context, QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
     theirs, _ = kvpress_answer_ids(kvpress_pipeline, context + QUESTION, "", build_press(method, 0.5, seed=0))
-    ours = generate_one(model, prompt, build_press(method, 0.5, seed=0), True, NEW_TOKENS, stop_token_ids(model, tokenizer))
+    ours = generate_one(model, prompt, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_token_ids(model, tokenizer))
     assert ours.token_ids == theirs[:NEW_TOKENS], (tokenizer.decode(ours.token_ids), tokenizer.decode(theirs))

@@ -20,6 +20,7 @@ from kvcache_bench.perf import runs as perf
 from kvcache_bench.perf import tables as perf_tables
 from kvcache_bench.study.cell_checks import ConfigCheckError
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16
 
@@ -48,7 +49,7 @@ def test_timed_tokens_equal_the_engine_without_stopping(tiny_model, method, rete
     kwargs = {"window_size": 8} if method == "snapkv" else None
     press = build_press(method, retention, kwargs)
     timing = perf.timed_generation(tiny_model, torch.tensor([ids]), press, 12)
-    reference = generate_one(tiny_model, PromptTokens(ids, [], False, len(ids)), press, True, 12, stop_ids=set())
+    reference = generate_one(tiny_model, PromptTokens(ids, []), press, QuestionMode.QUESTION_AWARE, 12, stop_ids=set())
     assert timing.token_ids == [reference.token_ids]
     assert timing.generated_tokens == 12 and len(timing.itl_s) == 11
     assert timing.kept_tokens == pytest.approx(reference.kept_tokens)

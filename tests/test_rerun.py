@@ -96,7 +96,7 @@ def test_a_docstring_comment_or_formatting_edit_plans_nothing(finished_demo):
 def test_an_engine_edit_plans_the_generate_jobs_again(finished_demo):
     _append_code(finished_demo / "kvcache_bench/generation/single_decode.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
-    assert jobs["generate"] == 52
+    assert jobs["generate"] == 78
     assert "figure_quality_vs_retention" in jobs  # downstream of new predictions
 
 

@@ -25,9 +25,9 @@ def settings(cells):
     return {(c["method"], c["retention"], c["batch_size"], c["decode_batch_size"], c["question_mode"]) for c in cells}
 
 
-def test_the_demo_makes_52_cells_and_refuses_none():
+def test_the_demo_makes_78_cells_and_refuses_none():
     accepted, refused = study.split_by_check(study.requested_cells(load_config()), problems_of)
-    assert len(accepted) == 52 and refused == []
+    assert len(accepted) == 78 and refused == []  # 26 settings x 3 question modes
     full = [c for c in accepted if c["method"] == "full_cache"]
     assert {(c["retention"], c["batch_size"]) for c in full} == {("1.00", "1"), ("1.00", "4")}
     snapkv = [c for c in accepted if c["method"] == "snapkv" and c["question_mode"] == "question_aware"]

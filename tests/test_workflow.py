@@ -19,8 +19,9 @@ def test_demo_dry_run_plans_every_stage(workflow_copy):
     jobs = planned_jobs(result.stdout)
     assert PIPELINE_RULES | {"make_synthetic_dataset"} <= set(jobs)
     assert "build_demo_model" not in jobs  # the canary is committed
-    # (full cache at batch 1 and 4 + 8 presses x 3 retentions) x 2 question modes
-    assert jobs["generate"] == 52 and jobs["score"] == 52
+    # (full cache at batch 1 and 4 + 8 presses x 3 retentions) x 3 question modes
+    assert jobs["generate"] == 78 and jobs["score"] == 78
+    assert jobs["figure_question_change"] == 1
 
 
 def test_a_model_with_a_build_recipe_is_built_before_it_is_used(workflow_copy):
@@ -84,7 +85,7 @@ def test_eviction_with_batching_is_refused_while_valid_targets_complete(workflow
 
 def test_demo_end_to_end_produces_table_and_figure(demo_run):
     summary = pd.read_csv(demo_run / "results/tables/summary.csv")
-    assert len(summary) == 52 and set(summary["question_mode"]) == {"question_aware", "question_agnostic"}
+    assert len(summary) == 78 and set(summary["question_mode"]) == {"question_aware", "question_agnostic", "other_question"}
     assert (summary["n"] == 18).all() and not summary["incomplete"].any()
     assert summary["score"].between(0, 100).all()
     for figure in ("quality_vs_retention.png", "quality_vs_retention.svg"):

@@ -10,7 +10,8 @@ GPU_RULES = {"generate", "perf", "train_canary"}
 # Seconds of CPU or less per job: a cluster runs them in the Snakemake process rather than queueing each.
 LOCAL_RULES = {
     "check_method", "check_config", "doctor", "score", "aggregate", "figure_quality_vs_retention",
-    "figure_paired_scatter", "figure_batch_size", "perf_summary", "figure_perf", "perf_all", "plan",
+    "figure_paired_scatter", "figure_batch_size", "figure_question_change", "perf_summary", "figure_perf", "perf_all", "plan",
+    "sweep_cost",
 }
 
 
@@ -60,7 +61,7 @@ def test_every_file_the_demo_writes_under_results_is_a_declared_output(demo_run)
 
 def test_every_generate_job_left_a_benchmark(demo_run):
     benchmarks = list((demo_run / "benchmarks/generate").rglob("*.tsv"))
-    assert len(benchmarks) == 52
+    assert len(benchmarks) == 78
     header, row = benchmarks[0].read_text().splitlines()[:2]
     assert header.split("\t")[:2] == ["s", "h:m:s"] and float(row.split("\t")[0]) > 0
 

@@ -190,6 +190,33 @@ def per_example_frame(score_files: list[str], cells: list[dict]) -> pd.DataFrame
     return pd.DataFrame(rows, columns=CELL_COLUMNS + ["id", "metric", "score"])
 
 
+QUESTION_CHANGE_COLUMNS = [
+    "dataset", "task", "model", "method", "retention", "batch_size", "decode_batch_size",
+    "n_paired", "aware_score", "other_score", "diff", "diff_ci_low", "diff_ci_high",
+]
+
+
+def question_change_cost(per_example: pd.DataFrame, seed: int = 0, n_resamples: int = N_RESAMPLES) -> pd.DataFrame:
+    """Per compressed setting: question_aware - other_question x100 on the examples both modes scored, with
+    its paired-bootstrap interval: how much of a method's score was chosen for the question it was shown."""
+    setting = [c for c in CELL_COLUMNS if c != "question_mode"]
+    frame = per_example[per_example["method"] != BASELINE_METHOD]
+    aware = frame[frame["question_mode"] == "question_aware"]
+    other = frame[frame["question_mode"] == "other_question"]
+    paired = aware.merge(other, on=setting + ["id"], suffixes=("_aware", "_other"))
+    rows = []
+    for key, group in paired.groupby(setting, sort=True):
+        cell = dict(zip(setting, key), question_mode="aware-other")
+        differences = (group["score_aware"] - group["score_other"]).to_numpy()
+        low, high = bootstrap_mean_ci(differences, rng_for(seed, cell, "question_change"), n_resamples)
+        rows.append({
+            **{c: cell[c] for c in setting}, "n_paired": len(group),
+            "aware_score": _round(100 * group["score_aware"].mean()), "other_score": _round(100 * group["score_other"].mean()),
+            "diff": _round(100 * differences.mean()), "diff_ci_low": _round(100 * low), "diff_ci_high": _round(100 * high),
+        })
+    return pd.DataFrame(rows, columns=QUESTION_CHANGE_COLUMNS)
+
+
 def _interval(low, high) -> str:
     return "" if pd.isna(low) else f"[{low:.2f}, {high:.2f}]"
 

@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD  # noqa: E402
+from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD, question_change_cost  # noqa: E402
 from kvcache_bench.analysis.measured import flagged_caption  # noqa: E402
 from kvcache_bench.io import atomic_path  # noqa: E402
 from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
@@ -247,6 +247,58 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
         ax.set_title(f"{model} · {dataset}/{task} · {_mode_label(mode)}", fontsize=9)
         ax.grid(alpha=0.3, axis="y")
         ax.legend(fontsize=7, loc="lower right")
+    if title:
+        figure.suptitle(title)
+    figure.tight_layout()
+    return with_flagged_caption(figure, frame)
+
+
+QUESTION_MODE_STYLES = {
+    "question_aware": {"color": "#0072B2", "marker": "o"},
+    "question_agnostic": {"color": "#999999", "marker": "s"},
+    "other_question": {"color": "#D55E00", "marker": "^"},
+    "same_question": {"color": "#009E73", "marker": "D"},
+}
+
+
+def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str | None = None, band_alpha: float = 0.15,
+                    seed: int = 0, n_resamples: int = 10_000):
+    """Per method: its score in each question mode at each retention (top), and the paired difference
+    question_aware - other_question with its 95% bootstrap interval (bottom): how much of the method's score
+    was chosen for the question it was shown."""
+    frame = _complete(_one_decode_batch(summary[(summary["batch_size"] == BASELINE_BATCH_SIZE) & (summary["method"] != BASELINE_METHOD)]))
+    costs = question_change_cost(_one_decode_batch(per_example[per_example["batch_size"] == BASELINE_BATCH_SIZE]), seed, n_resamples)
+    if frame.empty or costs.empty:
+        return _empty_figure("No method ran both question_aware and other_question.", title)
+    groups = sorted(costs.groupby(["dataset", "task", "model"]).groups)
+    methods = [m for m in COMPRESSED_METHODS if m in set(costs["method"])] + sorted(set(costs["method"]) - set(METHODS))
+    figure, axes = plt.subplots(2 * len(groups), len(methods), figsize=(3.4 * len(methods), 6.0 * len(groups)),
+                                squeeze=False, sharex=True, gridspec_kw={"height_ratios": [3, 2] * len(groups)})
+    for g, (dataset, task, model) in enumerate(groups):
+        in_group = (frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
+        for c, method in enumerate(methods):
+            top, bottom = axes[2 * g][c], axes[2 * g + 1][c]
+            for mode, style in QUESTION_MODE_STYLES.items():
+                line = frame[in_group & (frame["method"] == method) & (frame["question_mode"] == mode)].sort_values("retention")
+                if line.empty:
+                    continue
+                x = line["retention"] * 100
+                top.plot(x, line["score"], label=f"{_mode_label(mode)} (n {line['n'].min()})", linewidth=1.4, markersize=4, **style)
+                top.fill_between(x, line["ci_low"], line["ci_high"], color=style["color"], alpha=band_alpha, linewidth=0)
+            cost = costs[(costs["dataset"] == dataset) & (costs["task"] == task) & (costs["model"] == model) & (costs["method"] == method)]
+            cost = cost.sort_values("retention")
+            bottom.axhline(0, color="#777777", linewidth=0.8)
+            bottom.errorbar(cost["retention"] * 100, cost["diff"], yerr=[cost["diff"] - cost["diff_ci_low"], cost["diff_ci_high"] - cost["diff"]],
+                            fmt="o-", color=method_style(method)["color"], capsize=3, markersize=4)
+            top.set_title(f"{method_label(method)} · {task}", fontsize=9)
+            top.set_ylim(-2, 102)
+            top.grid(alpha=0.3)
+            top.legend(fontsize=6, loc="lower right")
+            bottom.grid(alpha=0.3)
+            bottom.set_xlabel("KV cache kept (% of prompt tokens)")
+            if c == 0:
+                top.set_ylabel(f"{model}: score (x100)")
+                bottom.set_ylabel("aware - other (x100)\npaired, 95% CI")
     if title:
         figure.suptitle(title)
     figure.tight_layout()

@@ -28,7 +28,7 @@ class Setting:
 
     @property
     def name(self) -> str:
-        mode = "aware" if self.question_mode == "question_aware" else "agnostic"
+        mode = self.question_mode.removeprefix("question_")  # aware, agnostic, other_question
         return f"{self.method}@{self.retention:.2f}/{mode}/batch-{self.batch_size}"
 
 

@@ -135,6 +135,13 @@ class _Draw:
     depths: list[int]
     key: str
     value: str
+    keys: tuple[str, ...] = ()  # every needle's key and value, in drawing order (the needles are shuffled)
+    values: tuple[str, ...] = ()
+
+    def asked(self, questions: int) -> list[tuple[str, str]]:
+        """(key, value) of the needles the haystack's questions ask: the drawn one, then the next keys in order."""
+        first = self.keys.index(self.key)
+        return [(self.keys[(first + i) % len(self.keys)], self.values[(first + i) % len(self.keys)]) for i in range(questions)]
 
 
 def _draw(rng: random.Random, filler: Filler, n_needles: int, values: list[str]) -> _Draw:
@@ -149,6 +156,8 @@ def _draw(rng: random.Random, filler: Filler, n_needles: int, values: list[str])
         depths=sorted(rng.sample(DEPTHS, n_needles)),
         key=keys[asked],
         value=chosen[asked],
+        keys=tuple(keys),
+        values=tuple(chosen),
     )
 
 
@@ -161,12 +170,12 @@ def _haystack(filler: Filler, draw: _Draw, n_sentences: int) -> str:
     return " ".join(sentences)
 
 
-def _row(task: str, haystack: str, draw: _Draw) -> dict:
+def _row(task: str, haystack: str, key: str, value: str) -> dict:
     return {
         "context": NIAH_INSTRUCTION.format(needle_type=NEEDLE_TYPE) + haystack + "\n",
-        "question": NIAH_QUESTION.format(needle_type=NEEDLE_TYPE, key=draw.key),
-        "answer_prefix": NIAH_ANSWER_PREFIX.format(needle_type=NEEDLE_TYPE, key=draw.key),
-        "answer": [draw.value],
+        "question": NIAH_QUESTION.format(needle_type=NEEDLE_TYPE, key=key),
+        "answer_prefix": NIAH_ANSWER_PREFIX.format(needle_type=NEEDLE_TYPE, key=key),
+        "answer": [value],
         "task": task,
         "max_new_tokens": RULER_NIAH_MAX_NEW_TOKENS,
     }
@@ -177,32 +186,48 @@ def prompt_token_count(tokenizer, row: dict) -> int:
     return len(tokenizer.encode(row["context"] + row["question"] + row["answer_prefix"], add_special_tokens=False))
 
 
-def make_haystack_rows(task: str, *, num_examples: int, prompt_length: int, tokenizer, seed: int, filler: Filler | None = None) -> tuple[list[dict], list[int]]:
+def _longest_prompt(task: str, filler: Filler, draw: _Draw, asked: list[tuple[str, str]], n_sentences: int, tokenizer) -> int:
+    haystack = _haystack(filler, draw, n_sentences)
+    return max(prompt_token_count(tokenizer, _row(task, haystack, key, value)) for key, value in asked)
+
+
+def make_haystack_rows(
+    task: str, *, num_examples: int, prompt_length: int, tokenizer, seed: int, filler: Filler | None = None, questions_per_haystack: int = 1,
+) -> tuple[list[dict], list[int]]:
     """``num_examples`` rows of ``task`` and each prompt's token count (each ≤ ``prompt_length``, as full as
-    whole filler sentences allow). The same seed, task and filler give the same rows."""
+    whole filler sentences allow). The same seed, task and filler give the same rows.
+
+    ``questions_per_haystack`` > 1 (the other-question mode's layout): consecutive rows share one haystack,
+    each asking for a different needle, and the needles sit at different depths, so a cache kept for one
+    needle's region can lose another's. One question per haystack gives the very rows it always gave.
+    """
     if task not in GENERATED_TASKS:
         raise HaystackError(f"task {task!r} is not generated here; choose one of {sorted(GENERATED_TASKS)}")
+    if not 1 <= questions_per_haystack <= GENERATED_TASKS[task]:
+        raise HaystackError(f"{task} hides {GENERATED_TASKS[task]} needles: questions_per_haystack must be 1-{GENERATED_TASKS[task]}, got {questions_per_haystack}")
     filler = filler or python_docs_filler()
     # A value that occurs in the filler could be "found" without reading the needle.
     values = [v for v in VALUES if v not in filler.words]
     rng = random.Random(f"{seed}:{task}:{prompt_length}")
     rows, counts = [], []
-    for _ in range(num_examples):
+    while len(rows) < num_examples:
         draw = _draw(rng, filler, GENERATED_TASKS[task], values)
+        asked = draw.asked(min(questions_per_haystack, num_examples - len(rows)))
+
         low, high = 0, len(filler.sentences)
-        # The largest haystack that fits: token counts grow with every sentence added.
+        # The largest haystack that fits every question's prompt: token counts grow with every sentence added.
         while low < high:
             middle = (low + high + 1) // 2
-            if prompt_token_count(tokenizer, _row(task, _haystack(filler, draw, middle), draw)) <= prompt_length:
+            if _longest_prompt(task, filler, draw, asked, middle, tokenizer) <= prompt_length:
                 low = middle
             else:
                 high = middle - 1
-        row = _row(task, _haystack(filler, draw, low), draw)
-        count = prompt_token_count(tokenizer, row)
-        if low == 0 or count > prompt_length:
+        if low == 0 or _longest_prompt(task, filler, draw, asked, low, tokenizer) > prompt_length:
             raise HaystackError(f"prompt_length={prompt_length} leaves no room for filler in {task}")
-        rows.append(row)
-        counts.append(count)
+        haystack = _haystack(filler, draw, low)
+        for key, value in asked:
+            rows.append(_row(task, haystack, key, value))
+            counts.append(prompt_token_count(tokenizer, rows[-1]))
     return rows, counts
 
 
@@ -223,7 +248,7 @@ def write_ruler_parquet(rows: list[dict], path: str | Path) -> None:
 
 def make_ruler_haystack_dataset(
     task: str, *, tokenizer_dir: str | Path, prompt_length: int, num_examples: int, seed: int,
-    ruler_layout_path: str | Path, rows_path: str | Path, params: dict,
+    ruler_layout_path: str | Path, rows_path: str | Path, params: dict, questions_per_haystack: int = 1,
 ) -> dict:
     """Generate ``task`` in RULER's layout, then read it back with the project's RULER loader into
     LongBench's schema, so these rows take exactly the path downloaded RULER data takes."""
@@ -234,13 +259,16 @@ def make_ruler_haystack_dataset(
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     filler = python_docs_filler()
-    ruler_rows, counts = make_haystack_rows(task, num_examples=num_examples, prompt_length=prompt_length, tokenizer=tokenizer, seed=seed, filler=filler)
+    ruler_rows, counts = make_haystack_rows(
+        task, num_examples=num_examples, prompt_length=prompt_length, tokenizer=tokenizer, seed=seed, filler=filler,
+        questions_per_haystack=questions_per_haystack,
+    )
     write_ruler_parquet(ruler_rows, ruler_layout_path)
     rows = load_ruler_rows(task, dataset_name=params.get("dataset", "ruler"), local_path=str(Path(ruler_layout_path).parent), data_dir=None)
     generated = {
         "ruler_layout": {"path": str(ruler_layout_path), "sha256": sha256_of(ruler_layout_path)},
         "filler": {"source": filler.source, "python": platform.python_version(), "sha256": filler.sha256, "sentences": len(filler.sentences)},
-        "needles": {"type": f"single {NEEDLE_TYPE}", "per_example": GENERATED_TASKS[task]},
+        "needles": {"type": f"single {NEEDLE_TYPE}", "per_example": GENERATED_TASKS[task], "questions_per_haystack": questions_per_haystack},
         # (manifest keys avoid "token": manifest.scrub_secrets redacts any key containing it)
         "prompt_lengths": {"unit": "tokens", "limit": prompt_length, "per_example": counts, "min": min(counts), "max": max(counts)},
         "length_counter": {"path": str(tokenizer_dir), "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json")},

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from kvcache_bench.io import JsonlError, numbered_jsonl, sha256_of
+from kvcache_bench.study.question_modes import contexts_with_several_questions, questions_by_context
 
 LONGBENCH_COLUMNS = ("input", "context", "answers", "length", "dataset", "language", "all_classes", "_id")
 
@@ -307,6 +308,14 @@ def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: in
     from kvcache_bench.manifest import write_manifest
 
     count = write_jsonl_atomic(out_path, rows)
-    facts = {"rows": count, "sha256": sha256_of(out_path), "columns": list(LONGBENCH_COLUMNS)}
+    several, contexts = contexts_with_several_questions(rows)
+    usable = sum(len(group) for group in questions_by_context(rows) if len(group) >= 2)
+    log.info(
+        "%d of %d contexts have two or more questions: the other_question mode can use %d of %d rows", several, contexts, usable, count
+    )
+    facts = {
+        "rows": count, "sha256": sha256_of(out_path), "columns": list(LONGBENCH_COLUMNS),
+        "contexts": contexts, "contexts_with_several_questions": several,
+    }
     write_manifest(out_path, params, seed, extra={"dataset": facts, **(extra or {})})
     return facts

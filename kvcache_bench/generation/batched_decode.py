@@ -34,6 +34,7 @@ from kvcache_bench.generation.loading import synchronize
 from kvcache_bench.generation.prefill import prefill, prefill_example, prefill_shared_context
 from kvcache_bench.generation.single_decode import Generation, greedy_decode
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
 _ATTENTION_PREFIX = "kvbench_layer_masked_"
@@ -53,6 +54,20 @@ class PrefilledPrompt:
     # Prompt tokens after the pressed ones, not yet in ``keys``: decode_together runs them for the whole
     # batch in one forward before the first generated token (empty: keys hold the whole prompt).
     held_back_ids: list[int] = field(default_factory=list)
+    # RoPE position of the first held-back token; None: right after the pressed tokens. The other-question
+    # mode presses tokens it then removes, so its question starts at the end of the context instead.
+    held_back_start: int | None = None
+    # Per layer, per KV head: how many of the layer's slots are real (right-aligned), when heads of a layer
+    # keep different counts (the other-question mode removes a question's slots per head); None: all of them.
+    head_lengths: list[list[int]] | None = None
+
+    @property
+    def held_back_position(self) -> int:
+        return self.pressed_tokens if self.held_back_start is None else self.held_back_start
+
+    def slot_lengths(self, layer: int) -> list[int]:
+        """Real slots of each KV head of ``layer`` (one entry for all heads when they agree)."""
+        return self.head_lengths[layer] if self.head_lengths is not None else [self.keys[layer].shape[-2]]
 
 
 @dataclass(frozen=True)
@@ -83,16 +98,14 @@ def _stacking_obstacle(model, cache) -> str | None:
 
 
 @torch.inference_mode()
-def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, make_cache=default_cache) -> PrefilledPrompt:
-    """Prefill (and compress) one example alone: no other example's tokens reach the press.
+def prefill_prompt(model, prompt: PromptTokens, press, mode: QuestionMode, make_cache=default_cache) -> PrefilledPrompt:
+    """Prefill (and compress) one example alone, in question ``mode``: no other example's tokens reach the press.
 
-    question_aware: context + question pressed together but the held-back tail (prefill.prefill_example).
-    question_agnostic: the context is pressed, then the question is appended uncompressed at its original
-    positions. Raises ValueError for a cache that
+    What the press sees in each mode: ``prefill.pressed_and_trailing``. Raises ValueError for a cache that
     cannot be stacked into a batch.
     """
     start = time.perf_counter()
-    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
+    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache)
     prefilled = prefilled_from_cache(model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed)
     synchronize(model.device)
     prefilled.seconds = time.perf_counter() - start
@@ -100,7 +113,7 @@ def prefill_prompt(model, prompt: PromptTokens, press, question_aware: bool, mak
 
 
 def prefilled_from_cache(
-    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, copy: bool = True,
+    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, *, copy: bool = True,
     held_back_ids: list[int] | None = None,
 ) -> PrefilledPrompt:
     """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
@@ -138,6 +151,7 @@ def generate_shared_contexts_together(
     max_new_tokens: int,
     stop_ids: set[int],
     decode_batch_size: int,
+    *,
     min_new_tokens: int = 0,
 ) -> tuple[list[Generation], DecodePath]:
     """Question-agnostic decode batching: each group's context is compressed once, then every question
@@ -183,6 +197,8 @@ def _layer_masked_attention(base):
         mask = layer_masks[module.layer_idx][..., : key.shape[-2]]
         if base == "sdpa" and query.shape[2] == 1 and not kwargs.get("output_attentions"):
             return _grouped_query_sdpa(module, query, key, value, mask, kwargs.get("scaling", module.scaling))
+        if mask.shape[1] not in (1, query.shape[1]):  # one mask per KV head: each query head reads its KV head's
+            mask = mask.repeat_interleave(query.shape[1] // mask.shape[1], dim=1)
         implementation = eager_attention_forward if base == "eager" else ALL_ATTENTION_FUNCTIONS[base]
         if base == "eager":
             mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
@@ -228,6 +244,7 @@ class _DecodeShape:
     capacity: int
     layers: int
     kv_heads: int
+    mask_heads: int  # 1: one mask per row and layer; kv_heads: one per KV head (heads keep different counts)
     head_dim: int
     dtype: torch.dtype
     max_new_tokens: int
@@ -251,7 +268,9 @@ class StaticDecodeState:
         self.shape = shape
         self.cache = Cache(layers=[StaticLayer(shape.capacity) for _ in range(shape.layers)])
         self.cache.early_initialization(shape.rows, shape.kv_heads, shape.head_dim, shape.dtype, device)
-        self.masks = [torch.zeros(shape.rows, 1, 1, shape.capacity, dtype=torch.bool, device=device) for _ in range(shape.layers)]
+        self.masks = [
+            torch.zeros(shape.rows, shape.mask_heads, 1, shape.capacity, dtype=torch.bool, device=device) for _ in range(shape.layers)
+        ]
         self.tokens = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
         self.slot = torch.zeros(1, dtype=torch.long, device=device)
@@ -274,9 +293,12 @@ class StaticDecodeState:
         slots = torch.arange(self.shape.capacity, device=device)
         held_starts = torch.tensor([first_generated_slot - len(p.held_back_ids) for p in prefilled], device=device).view(-1, 1)
         held = (slots >= held_starts) & (slots < first_generated_slot)
+        heads = self.shape.mask_heads
         for layer, (cache_layer, mask) in enumerate(zip(self.cache.layers, self.masks)):
-            starts = torch.tensor([prompt_width - p.keys[layer].shape[-2] for p in prefilled], device=device)
-            mask.copy_((((slots >= starts.view(-1, 1)) & (slots < prompt_width)) | held).view(mask.shape))
+            lengths = [p.slot_lengths(layer) * (heads // len(p.slot_lengths(layer))) for p in prefilled]
+            starts = prompt_width - torch.tensor(lengths, device=device).view(len(prefilled), heads, 1)
+            real = (slots >= starts) & (slots < prompt_width)
+            mask.copy_((real | held.view(len(prefilled), 1, -1)).view(mask.shape))
             for row, p in enumerate(prefilled):
                 length = p.keys[layer].shape[-2]
                 cache_layer.keys[row, :, prompt_width - length : prompt_width] = p.keys[layer][0]
@@ -305,7 +327,8 @@ class StaticDecodeState:
             count = len(p.held_back_ids)
             if count:
                 ids[row, block - count :] = torch.tensor(p.held_back_ids, device=device)
-                positions[row, block - count :] = torch.arange(p.pressed_tokens, p.pressed_tokens + count, device=device)
+                start = p.held_back_position
+                positions[row, block - count :] = torch.arange(start, start + count, device=device)
         block_slots = torch.arange(prompt_width, prompt_width + block, device=device)
         causal = torch.arange(self.shape.capacity, device=device).view(1, 1, 1, -1) <= block_slots.view(1, 1, -1, 1)
         outputs = model(
@@ -404,9 +427,10 @@ def decode_together(
     widest = max(k.shape[-2] for p in prefilled for k in p.keys) + max(len(p.held_back_ids) for p in prefilled)
     first = prefilled[0].keys[0]
     blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
+    mask_heads = first.shape[1] if any(p.head_lengths is not None for p in prefilled) else 1
     shape = _DecodeShape(
         len(prefilled), _round_up(widest + max_new_tokens, CAPACITY_STEP), len(prefilled[0].keys), first.shape[1],
-        first.shape[-1], first.dtype, max_new_tokens, blocked, min_new_tokens,
+        mask_heads, first.shape[-1], first.dtype, max_new_tokens, blocked, min_new_tokens,
     )
     with _per_layer_masks(model):
         state = _state_for(model, shape)
@@ -460,10 +484,11 @@ def generate_prefill_one_decode_many(
     model,
     prompts: list[PromptTokens],
     press,
-    question_aware: bool,
+    mode: QuestionMode,
     max_new_tokens: int,
     stop_ids: set[int],
     decode_batch_size: int,
+    *,
     min_new_tokens: int = 0,
     make_cache=default_cache,
     memory_budget_bytes: float | None = None,
@@ -501,7 +526,7 @@ def generate_prefill_one_decode_many(
         start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
         batching = decode_batch_size > 1
-        cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache, run_held_back=not batching)
+        cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache, run_held_back=not batching)
         held_back = (prompt.context_ids + prompt.question_ids)[pressed:] if batching else []
         obstacle = _stacking_obstacle(model, cache) if batching else None
         if not batching or obstacle is not None:  # decoded alone, from the cache it already has

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
 
 import torch
 
@@ -15,6 +18,7 @@ from kvcache_bench.generation.batched_decode import (
 )
 from kvcache_bench.generation.caches import kv_bytes_per_token
 from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
+from kvcache_bench.generation.other_question import OtherQuestionGroup, generate_other_question
 from kvcache_bench.generation.single_decode import (
     Generation,
     decode_answer,
@@ -29,9 +33,10 @@ from kvcache_bench.methods.registry import (
     get_method,
     press_construction,
 )
-from kvcache_bench.study.cell_checks import Cell, check_cell
+from kvcache_bench.study.cell_checks import check_setting
 from kvcache_bench.study.press_values import prompt_length_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
+from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +48,226 @@ SECONDS_COVER = (
 )
 
 
-def shared_context_groups(prompts: list[PromptTokens]) -> list[list[int]]:
-    """Indices of prompts whose context tokens are identical, in order of first appearance."""
-    groups: dict[tuple[int, ...], list[int]] = {}
+def shared_context_groups(prompts: list[PromptTokens], others: list[list[int]] | None = None) -> list[list[int]]:
+    """Indices of prompts whose press input is identical (their context, and in the other-question mode the
+    other question's tokens ``others``), in order of first appearance: each group is compressed once."""
+    groups: dict[tuple, list[int]] = {}
     for index, prompt in enumerate(prompts):
-        groups.setdefault(tuple(prompt.context_ids), []).append(index)
+        other = tuple(others[index]) if others is not None else ()
+        groups.setdefault((tuple(prompt.context_ids), other), []).append(index)
     return list(groups.values())
+
+
+class Strategy(Enum):
+    """How a cell's examples are prefilled and decoded; fixed per cell by ``choose_strategy``."""
+
+    ONE_BY_ONE = "one_by_one"  # each example prefilled, compressed and decoded alone
+    SHARED_CONTEXT = "shared_context"  # a context compressed once, each of its questions decoded alone from it
+    PADDED_BATCH = "padded_batch"  # left-padded prompts prefilled and decoded together (methods that keep every token)
+    DECODE_MANY = "decode_many"  # each example prefilled alone, their compressed caches decoded together
+    SHARED_CONTEXTS_TOGETHER = "shared_contexts_together"  # contexts compressed once, all their questions decoded together
+    OTHER_QUESTION = "other_question"  # context + a question compressed once, its slots removed, questions decoded (other_question, same_question)
+
+
+def choose_strategy(mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool) -> Strategy:
+    """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations)."""
+    if batch_size > 1:
+        return Strategy.PADDED_BATCH
+    if mode.removes_the_question_it_showed:
+        return Strategy.OTHER_QUESTION
+    question_aware = mode == QuestionMode.QUESTION_AWARE
+    if decode_batch_size > 1 and (question_aware or not quantised_cache):
+        return Strategy.DECODE_MANY if question_aware else Strategy.SHARED_CONTEXTS_TOGETHER
+    return Strategy.ONE_BY_ONE if question_aware else Strategy.SHARED_CONTEXT
+
+
+def plan_chunks(
+    strategy: Strategy, prompts: list[PromptTokens], *, batch_size: int, decode_batch_size: int, others: list[list[int]] | None = None
+) -> list[list[int]]:
+    """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk."""
+    per_chunk = {Strategy.ONE_BY_ONE: 1, Strategy.PADDED_BATCH: batch_size, Strategy.DECODE_MANY: decode_batch_size}
+    if strategy in per_chunk:
+        size = per_chunk[strategy]
+        return [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
+    groups = shared_context_groups(prompts, others)
+    if strategy == Strategy.SHARED_CONTEXT or (strategy == Strategy.OTHER_QUESTION and decode_batch_size == 1):
+        return groups
+    chunks: list[list[int]] = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
+    for group in groups:
+        if chunks and len(chunks[-1]) + len(group) <= decode_batch_size:
+            chunks[-1] = chunks[-1] + group
+        else:
+            chunks.append(list(group))
+    return chunks
+
+
+@dataclass(frozen=True)
+class CellGenerator:
+    """What every chunk of a cell is generated with: the model, its press and cache, the stops, the strategy."""
+
+    model: object
+    press: object
+    make_cache: Callable[[], object]
+    mode: QuestionMode
+    strategy: Strategy
+    max_new_tokens: int
+    stop_ids: set[int]
+    min_new_tokens: int
+    pad_token_id: int
+    decode_batch_size: int
+
+    def generate(self, prompts: list[PromptTokens], others: list[list[int]] | None = None) -> tuple[list[Generation], DecodePath]:
+        """Generations for a chunk's prompts, in their order, and the decode path that made them.
+
+        ``others``: in the other-question mode, the tokens of each prompt's other question the press sees.
+        """
+        batch_one = DecodePath(self.decode_batch_size, 1, None)
+        common = dict(min_new_tokens=self.min_new_tokens)
+        match self.strategy:
+            case Strategy.OTHER_QUESTION:
+                groups = shared_context_groups(prompts, others)
+                generations, path = generate_other_question(
+                    self.model,
+                    [OtherQuestionGroup(prompts[g[0]].context_ids, others[g[0]], [prompts[i].question_ids for i in g]) for g in groups],
+                    self.press, self.max_new_tokens, self.stop_ids, self.decode_batch_size, make_cache=self.make_cache, **common,
+                )
+                by_index = dict(zip([i for group in groups for i in group], generations))
+                return [by_index[i] for i in range(len(prompts))], path
+            case Strategy.DECODE_MANY:
+                return generate_prefill_one_decode_many(
+                    self.model, prompts, self.press, self.mode, self.max_new_tokens, self.stop_ids, self.decode_batch_size,
+                    make_cache=self.make_cache, **common,
+                )
+            case Strategy.SHARED_CONTEXTS_TOGETHER:
+                groups = shared_context_groups(prompts)
+                generations, path = generate_shared_contexts_together(
+                    self.model, [[prompts[i] for i in group] for group in groups], self.press, self.max_new_tokens,
+                    self.stop_ids, self.decode_batch_size, **common,
+                )
+                by_index = dict(zip([i for group in groups for i in group], generations))
+                return [by_index[i] for i in range(len(prompts))], path
+            case Strategy.PADDED_BATCH:
+                return generate_padded_batch(
+                    self.model, prompts, self.press, self.pad_token_id, self.max_new_tokens, self.stop_ids, make_cache=self.make_cache
+                ), batch_one
+            case Strategy.SHARED_CONTEXT if len(prompts) == 1:
+                generations = [self._alone(prompts[0])]
+                fallback = "quantised cache: decoded at batch 1" if self.decode_batch_size > 1 else None
+                return generations, DecodePath(self.decode_batch_size, 1, fallback)
+            case Strategy.SHARED_CONTEXT:
+                generations = generate_shared_context(
+                    self.model, prompts[0].context_ids, [p.question_ids for p in prompts], self.press, self.max_new_tokens,
+                    self.stop_ids, make_cache=self.make_cache, **common,
+                )
+                # decode batching was asked for, but a quantised cache cannot be stacked with others
+                fallback = "quantised cache: decoded at batch 1" if self.decode_batch_size > 1 else None
+                return generations, DecodePath(self.decode_batch_size, 1, fallback)
+            case Strategy.ONE_BY_ONE:
+                return [self._alone(prompt) for prompt in prompts], batch_one
+        raise ValueError(f"no generator for strategy {self.strategy}")
+
+    def _alone(self, prompt: PromptTokens) -> Generation:
+        return generate_one(
+            self.model, prompt, self.press, self.mode, self.max_new_tokens, self.stop_ids,
+            make_cache=self.make_cache, min_new_tokens=self.min_new_tokens,
+        )
+
+
+def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
+    """One prediction record: the example, what was generated from how much cache, and the cell's setting."""
+    context_slots = generation.kept_context_slots
+    if context_slots is None and setting["question_mode"] != QuestionMode.QUESTION_AWARE:
+        context_slots = generation.kept_tokens  # the press saw the context alone (or, without a press, kept it whole)
+    return {
+        "id": row["_id"],
+        "prediction": answer,
+        "references": row["answers"],
+        "all_classes": row.get("all_classes"),
+        "prompt_tokens": generation.prompt_tokens,
+        "pressed_tokens": generation.pressed_tokens,
+        "kept_tokens": generation.kept_tokens,
+        "effective_retention": generation.kept_tokens / max(1, generation.pressed_tokens),
+        "kept_context_slots": context_slots,
+        "generated_tokens": len(generation.token_ids),
+        "truncated": prompt.truncated,
+        "original_prompt_tokens": prompt.original_tokens,
+        "chat_template": prompt.chat_template,
+        "held_back_tokens": prompt.held_back_tokens,
+        "truncation": "longbench_pred_py",
+        "shared_context_questions": generation.shared_context_questions,
+        "seconds": generation.seconds,
+        "seconds_cover": SECONDS_COVER,
+        **setting,
+    }
+
+
+def rows_with_other_questions(rows: list[dict], seed: int) -> tuple[list[dict], dict[str, str | None]]:
+    """(the rows the other-question mode can use, each row id's other question): a context needs two questions."""
+    partner = other_questions(rows, seed)
+    usable = [row for row in rows if partner[row["_id"]] is not None]
+    log.info(
+        "other_question: %d of %d examples usable (the rest are the only question on their context)", len(usable), len(rows)
+    )
+    return usable, partner
+
+
+def other_question_tokens(prompts: list[PromptTokens], rows: list[dict], partner: dict[str, str | None]) -> list[list[int]]:
+    """Per prompt, its other question's tokens as that question's question-aware prefill presses them."""
+    by_id = {row["_id"]: prompt for row, prompt in zip(rows, prompts)}
+    others = []
+    for row in rows:
+        other = by_id[partner[row["_id"]]]
+        others.append(other.question_ids[: max(0, len(other.question_ids) - max(1, other.held_back_tokens))])
+    return others
+
+
+def load_cell_generator(
+    model_settings: ModelSettings, loaded: LoadedModel | None, *, task: str, method: str, retention: float, mode: QuestionMode,
+    batch_size: int, decode_batch_size: int, max_new_tokens: int, seed: int, method_kwargs: dict | None,
+    custom_methods: dict | None = None,
+) -> tuple[object, CellGenerator]:
+    """(tokenizer, generator): the model (``loaded``, or loaded now) for ``method``, its press and cache, and the cell's one strategy."""
+    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
+    if loaded is None:
+        loaded = load_for_settings(model_settings, attn_implementation=attention)
+    elif loaded.attn_implementation != attention:
+        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
+    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
+    # Without a press no question is in view: the cache is the context's whichever question was asked before.
+    generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode.removes_the_question_it_showed and press is None else mode
+    quantised = get_method(method, custom_methods).kv_cache_bits is not None
+    strategy = choose_strategy(generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised)
+    log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
+    return tokenizer, CellGenerator(
+        model, press, cache_factory_for(method, model, method_kwargs, custom_methods), generation_mode,
+        strategy, max_new_tokens, set(loaded.stop_ids) | extra_stop_ids(tokenizer, task),
+        1 if task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, decode_batch_size,
+    )
+
+
+def warm_up(generator: CellGenerator, prompts: list[PromptTokens], others: list[list[int]] | None, chunks: list[list[int]]) -> float:
+    """Seconds of one unmeasured run of the first chunk, on copies of its first prompt.
+
+    The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
+    capture (seconds): measured, it would land on the cell's first examples.
+    """
+    started = time.perf_counter()
+    first, size = chunks[0][0], len(chunks[0])
+    generator.generate([prompts[first]] * size, others and [others[first]] * size)
+    synchronize(generator.model.device)
+    seconds = time.perf_counter() - started
+    log.info("warm-up (unmeasured): %.2fs", seconds)
+    return seconds
+
+
+def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: list[list[int]] | None) -> list[int]:
+    """How many tokens the press compresses for each prompt in ``mode`` (``others``: the other questions' pressed tokens)."""
+    if mode.removes_the_question_it_showed:
+        return [len(p.context_ids) + len(other) for p, other in zip(prompts, others)]
+    if mode == QuestionMode.QUESTION_AWARE:
+        return [p.length - max(1, p.held_back_tokens) for p in prompts]
+    return [len(p.context_ids) for p in prompts]
 
 
 def run_cell(
@@ -65,8 +284,8 @@ def run_cell(
     method_kwargs: dict | None = None,
     progress: bool = True,
     decode_batch_size: int = 1,
-    custom_methods: dict | None = None,
     loaded: LoadedModel | None = None,
+    custom_methods: dict | None = None,
 ):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
 
@@ -74,137 +293,69 @@ def run_cell(
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
     (``kvcache_bench.generation.batched_decode``: safe with eviction). ``loaded`` is a model a worker
     loaded already for these settings and this method's attention (``kvcache_bench.generation.worker``).
+    In the other-question mode a row that is the only question on its context has no record (the cell's
+    count says how many it could use).
     """
     from tqdm import tqdm
 
-    check_cell(Cell("-", task, "-", method, question_mode, retention, batch_size, decode_batch_size), custom_methods)
+    check_setting(
+        task=task, method=method, question_mode=question_mode, retention=retention, batch_size=batch_size,
+        decode_batch_size=decode_batch_size, custom_methods=custom_methods,
+    )
+    mode = QuestionMode(question_mode)
+    partner: dict[str, str | None] = {}
+    if mode == QuestionMode.OTHER_QUESTION:
+        rows, partner = rows_with_other_questions(rows, seed)
+    elif mode == QuestionMode.SAME_QUESTION:
+        partner = {row["_id"]: row["_id"] for row in rows}
     torch.manual_seed(seed)
-    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
-    if loaded is None:
-        loaded = load_for_settings(model_settings, attn_implementation=attention)
-    elif loaded.attn_implementation != attention:
-        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
-    device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
-    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
-    make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
-    construction = press_construction(press)  # before generating: a press may keep state on itself
-    stop_ids = set(loaded.stop_ids) | extra_stop_ids(tokenizer, task)
-    min_new_tokens = 1 if task in NEWLINE_STOP_TASKS else 0
-    question_aware = question_mode == "question_aware"
-    log.info("method=%s retention=%s batch=%s mode=%s device=%s attention=%s", method, retention, batch_size, question_mode, device, attention)
+    tokenizer, generator = load_cell_generator(
+        model_settings, loaded, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
+        decode_batch_size=decode_batch_size, max_new_tokens=max_new_tokens, seed=seed, method_kwargs=method_kwargs,
+        custom_methods=custom_methods,
+    )
+    model, strategy, device = generator.model, generator.strategy, generator.model.device
+    construction = press_construction(generator.press)  # before generating: a press may keep state on itself
+    kv_bits = get_method(method, custom_methods).kv_cache_bits
+    slot_bytes, full_slot_bytes = kv_bytes_per_token(model, kv_bits), kv_bytes_per_token(model)
 
     prompts = [
         build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
         for row in rows
     ]
-    pressed_lengths = [p.length - max(1, p.held_back_tokens) if question_aware else len(p.context_ids) for p in prompts]
-    if press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths)):
+    others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
+    if generator.press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
-    kv_bits = get_method(method, custom_methods).kv_cache_bits
-    slot_bytes = kv_bytes_per_token(model, kv_bits)
-    batch_decoding = decode_batch_size > 1
-    single_path = DecodePath(decode_batch_size, 1, None).record()
-    path_of: dict[int, dict] = {}
-
-    def generations_for(chunk: list[int]) -> list[Generation]:
-        if batch_decoding and question_aware:
-            generations, path = generate_prefill_one_decode_many(
-                model, [prompts[i] for i in chunk], press, True, max_new_tokens, stop_ids, decode_batch_size,
-                min_new_tokens=min_new_tokens, make_cache=make_cache,
-            )
-            path_of.update({i: path.record() for i in chunk})
-            return generations
-        if batch_decoding and kv_bits is None:
-            groups = shared_context_groups([prompts[i] for i in chunk])
-            generations, path = generate_shared_contexts_together(
-                model, [[prompts[chunk[i]] for i in group] for group in groups], press, max_new_tokens, stop_ids,
-                decode_batch_size, min_new_tokens=min_new_tokens,
-            )
-            order = [chunk[i] for group in groups for i in group]
-            path_of.update({i: path.record() for i in order})
-            by_index = dict(zip(order, generations))
-            return [by_index[i] for i in chunk]
-        if batch_decoding:  # a quantised cache cannot be stacked with others: decode this group alone
-            path_of.update({i: DecodePath(decode_batch_size, 1, "quantised cache: decoded at batch 1").record() for i in chunk})
-        if batch_size > 1:  # only non-evicting methods get here (check_cell)
-            return generate_padded_batch(
-                model, [prompts[i] for i in chunk], press, tokenizer.pad_token_id or 0, max_new_tokens, stop_ids,
-                make_cache=make_cache,
-            )
-        if len(chunk) > 1:  # question-agnostic: the chunk shares one context
-            return generate_shared_context(
-                model, prompts[chunk[0]].context_ids, [prompts[i].question_ids for i in chunk], press, max_new_tokens,
-                stop_ids, make_cache=make_cache, min_new_tokens=min_new_tokens,
-            )
-        return [
-            generate_one(
-                model, prompts[chunk[0]], press, question_aware, max_new_tokens, stop_ids,
-                make_cache=make_cache, min_new_tokens=min_new_tokens,
-            )
-        ]
-
-    if question_aware or batch_size > 1:
-        per_chunk = decode_batch_size if batch_decoding else batch_size
-        chunks = [list(range(s, min(s + per_chunk, len(rows)))) for s in range(0, len(rows), per_chunk)]
-    elif batch_decoding and kv_bits is None:
-        chunks = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
-        for group in shared_context_groups(prompts):
-            if chunks and len(chunks[-1]) + len(group) <= decode_batch_size:
-                chunks[-1] = chunks[-1] + group
-            else:
-                chunks.append(list(group))
-    else:
-        chunks = shared_context_groups(prompts)
-    warmup_seconds = 0.0
-    if device.type == "cuda" and chunks:
-        # The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
-        # capture (seconds): run it once, unmeasured, on copies of the first prompt.
-        started = time.perf_counter()
-        generations_for([chunks[0][0]] * len(chunks[0]))
-        synchronize(device)
-        warmup_seconds = time.perf_counter() - started
-        path_of.clear()
-        log.info("warm-up (unmeasured): %.2fs", warmup_seconds)
-    decode_steps = decode_mode(model) if batch_decoding else "eager"
+    chunks = plan_chunks(strategy, prompts, batch_size=batch_size, decode_batch_size=decode_batch_size, others=others)
+    warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
+    setting = {
+        "kv_cache_bits": kv_bits,
+        "max_context_tokens": model_settings.max_context_tokens,
+        "warmup_seconds": warmup_seconds,
+        "decode_steps": decode_mode(model) if decode_batch_size > 1 or strategy == Strategy.OTHER_QUESTION else "eager",
+        "method": method,
+        "retention": retention,
+        "batch_size": batch_size,
+        "question_mode": mode.value,
+        "construction": construction,
+    }
     bar = tqdm(total=len(rows), desc=f"{method}@{retention:.2f}", unit="ex", disable=not progress, mininterval=1.0)
-    done: dict[int, Generation] = {}
+    done: dict[int, tuple[Generation, DecodePath]] = {}
     chunk_of = {index: chunk for chunk in chunks for index in chunk}
     for index, row in enumerate(rows):
         if index not in done:
             chunk = chunk_of[index]
-            done.update(zip(chunk, generations_for(chunk)))
-        generation, prompt = done.pop(index), prompts[index]
-        yield {
-            "id": row["_id"],
-            "prediction": decode_answer(tokenizer, generation.token_ids),
-            "references": row["answers"],
-            "all_classes": row.get("all_classes"),
-            "prompt_tokens": generation.prompt_tokens,
-            "pressed_tokens": generation.pressed_tokens,
-            "kept_tokens": generation.kept_tokens,
-            "effective_retention": generation.kept_tokens / max(1, generation.pressed_tokens),
+            chunk_others = [others[i] for i in chunk] if others is not None else None
+            generations, path = generator.generate([prompts[i] for i in chunk], chunk_others)
+            done.update((i, (generation, path)) for i, generation in zip(chunk, generations))
+        generation, path = done.pop(index)
+        answer = decode_answer(tokenizer, generation.token_ids)
+        measured = {
+            "other_question_id": partner.get(row["_id"]),
             # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
             "kv_bytes_held": round(generation.kept_tokens * slot_bytes),
-            "kv_bytes_uncompressed": round(generation.pressed_tokens * kv_bytes_per_token(model)),
-            "kv_cache_bits": kv_bits,
-            "generated_tokens": len(generation.token_ids),
-            "truncated": prompt.truncated,
-            "original_prompt_tokens": prompt.original_tokens,
-            "max_context_tokens": model_settings.max_context_tokens,
-            "chat_template": prompt.chat_template,
-            "held_back_tokens": prompt.held_back_tokens,
-            "truncation": "longbench_pred_py",
-            "shared_context_questions": generation.shared_context_questions,
-            "seconds": generation.seconds,
-            "seconds_cover": SECONDS_COVER,
-            "warmup_seconds": warmup_seconds,
-            "decode_steps": decode_steps,
-            "method": method,
-            "construction": construction,
-            "retention": retention,
-            "batch_size": batch_size,
-            "question_mode": question_mode,
-            **path_of.pop(index, single_path),
+            "kv_bytes_uncompressed": round(generation.pressed_tokens * full_slot_bytes),
         }
+        yield prediction_record(row, prompts[index], generation, answer, {**setting, **path.record(), **measured})
         bar.update(1)
     bar.close()

@@ -14,6 +14,7 @@ import torch
 from kvcache_bench.generation.caches import CacheCheckpoint, cache_lengths, default_cache, mean_cache_length
 from kvcache_bench.generation.loading import synchronize
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 
 def press_context(press, model):
@@ -41,29 +42,39 @@ def prefill(model, cache, token_ids: list[int], press=None, start_position: int 
     return outputs.logits[:, -1]
 
 
+def pressed_and_trailing(prompt: PromptTokens, mode: QuestionMode) -> tuple[list[int], list[int]]:
+    """(the tokens the press sees, the tokens run after it on the compressed cache) of one example in ``mode``.
+
+    Question-aware, the press sees context + question but the held-back tail (the chat template's
+    generation suffix and any answer prefix, at least the prompt's last token); question-agnostic, it
+    sees the context.
+    """
+    match QuestionMode(mode):
+        case QuestionMode.QUESTION_AWARE:
+            prompt_ids = prompt.context_ids + prompt.question_ids
+            held_back = max(1, prompt.held_back_tokens)
+            return prompt_ids[:-held_back], prompt_ids[-held_back:]
+        case QuestionMode.QUESTION_AGNOSTIC:
+            return prompt.context_ids, prompt.question_ids
+    raise ValueError(f"no single-example prefill for question mode {mode!r}")
+
+
 @torch.inference_mode()
-def prefill_example(model, prompt: PromptTokens, press, question_aware: bool, make_cache=default_cache, run_held_back: bool = True):
+def prefill_example(model, prompt: PromptTokens, press, mode: QuestionMode, make_cache=default_cache, *, run_held_back: bool = True):
     """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
 
     ``run_held_back=False`` stops after the pass under the press (its logits come back, and the tokens
     it did not see are the prompt's tokens after ``pressed tokens``): batched decoding runs them for a
     whole decode batch at once.
 
-    Question-aware, the press sees context + question but the held-back tail (the chat template's
-    generation suffix and any answer prefix, at least the prompt's last token); question-agnostic, it
-    sees the context. What the press did not see runs afterwards on the compressed cache, at its original
-    positions, as kvpress's pipeline runs the template's suffix after compressing. Holding back matters
-    twice: a press must not evict the assistant header the model answers from, and the logits of a pass
-    under the press come from full attention, so a first answer token taken from them would answer from
-    the uncompressed prompt.
+    What the press did not see (``pressed_and_trailing``) runs afterwards on the compressed cache, at its
+    original positions, as kvpress's pipeline runs the template's suffix after compressing. Holding back
+    matters twice: a press must not evict the assistant header the model answers from, and the logits of
+    a pass under the press come from full attention, so a first answer token taken from them would answer
+    from the uncompressed prompt.
     """
     cache = make_cache()
-    if question_aware:
-        prompt_ids = prompt.context_ids + prompt.question_ids
-        held_back = max(1, prompt.held_back_tokens)
-        pressed_ids, trailing_ids = prompt_ids[:-held_back], prompt_ids[-held_back:]
-    else:
-        pressed_ids, trailing_ids = prompt.context_ids, prompt.question_ids
+    pressed_ids, trailing_ids = pressed_and_trailing(prompt, mode)
     last_logits = prefill(model, cache, pressed_ids, press)
     kept = mean_cache_length(cache)
     if trailing_ids and run_held_back:

@@ -9,9 +9,9 @@ Rules that keep the numbers about the method rather than the harness:
     eviction with batch size > 1); with padding, positions come from the attention mask.
 
 Module map of generation, each importing only those above it: ``loading`` (devices, models, stop
-tokens), ``caches`` (cache helpers), ``prefill`` (one example's or one context's prefill), ``engine``
-(batch-1 decoding), ``batched_decode`` (many compressed caches decoded together), ``cell`` (one
-study cell: the generate rule's work).
+tokens), ``caches`` (cache helpers), ``prefill`` (one example's or one context's prefill),
+``single_decode`` (batch-1 decoding), ``batched_decode`` (many compressed caches decoded together),
+``cell_runner`` (one study cell: the generate rule's work).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from kvcache_bench.generation.caches import default_cache, mean_cache_length
 from kvcache_bench.generation.loading import synchronize
 from kvcache_bench.generation.prefill import prefill_example, prefill_shared_context, press_context
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Generation:
     seconds: float
     pressed_tokens: int = 0  # how many tokens the press saw (context, or context + question but its last token)
     shared_context_questions: int = 1  # questions answered from this one compressed context
+    kept_context_slots: float | None = None  # mean over layers and KV heads of slots holding context; None: not traced
 
 
 def greedy_decode(
@@ -72,16 +74,16 @@ def generate_one(
     model,
     prompt: PromptTokens,
     press,
-    question_aware: bool,
+    mode: QuestionMode,
     max_new_tokens: int,
     stop_ids: set[int],
     *,
     make_cache: Callable[[], object] = default_cache,
     min_new_tokens: int = 0,
 ) -> Generation:
-    """Batch-1 greedy generation for one example, compressing the prompt with ``press``."""
+    """Batch-1 greedy generation for one example, compressing the prompt with ``press`` in question ``mode``."""
     start = time.perf_counter()
-    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, question_aware, make_cache)
+    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache)
     generated = greedy_decode(model, cache, last_logits, prompt.length, max_new_tokens, stop_ids, min_new_tokens)
     synchronize(model.device)
     return Generation(generated, prompt.length, kept, time.perf_counter() - start, pressed)

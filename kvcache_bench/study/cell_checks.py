@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, get_method
 from kvcache_bench.study.cells import setting_slug
 from kvcache_bench.study.prompts import KNOWN_TASKS
-
-QUESTION_MODES = ("question_aware", "question_agnostic")
+from kvcache_bench.study.question_modes import QUESTION_MODES
 
 
 class ConfigCheckError(ValueError):
@@ -44,62 +43,74 @@ class Cell:
 def problems_with(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None) -> list[str]:
     """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
     from the method's measured properties (its check job's output, ``generation.method_properties``)."""
+    return setting_problems(
+        task=cell.task, method=cell.method, question_mode=cell.question_mode, retention=cell.retention,
+        batch_size=cell.batch_size, decode_batch_size=cell.decode_batch_size, custom_methods=custom_methods,
+        measured=measured,
+    )
+
+
+def setting_problems(
+    *, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int,
+    custom_methods: dict | None = None, measured: dict | None = None,
+) -> list[str]:
+    """``problems_with`` for what a generation job runs, whatever its dataset and model are called."""
     problems = []
     try:
-        spec = get_method(cell.method, custom_methods)
+        spec = get_method(method, custom_methods)
     except UnknownMethodError as error:
         return [str(error)]
     if measured is not None:
-        problems += measured_problems(cell, measured)
-    if cell.task not in KNOWN_TASKS:
-        problems.append(f"unknown task {cell.task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
-    if cell.question_mode not in QUESTION_MODES:
-        problems.append(f"unknown question mode {cell.question_mode!r}; allowed: {', '.join(QUESTION_MODES)}")
-    if cell.batch_size < 1:
-        problems.append(f"batch size must be >= 1, got {cell.batch_size}")
-    if cell.decode_batch_size < 1:
-        problems.append(f"decode batch size must be >= 1, got {cell.decode_batch_size}")
-    if cell.batch_size > 1 and cell.decode_batch_size > 1:
+        problems += measured_problems(method, measured, batch_size=batch_size, decode_batch_size=decode_batch_size)
+    if task not in KNOWN_TASKS:
+        problems.append(f"unknown task {task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
+    if question_mode not in QUESTION_MODES:
+        problems.append(f"unknown question mode {question_mode!r}; allowed: {', '.join(QUESTION_MODES)}")
+    if batch_size < 1:
+        problems.append(f"batch size must be >= 1, got {batch_size}")
+    if decode_batch_size < 1:
+        problems.append(f"decode batch size must be >= 1, got {decode_batch_size}")
+    if batch_size > 1 and decode_batch_size > 1:
         problems.append(
-            f"batch size {cell.batch_size} already decodes its padded batch together; "
-            f"decode batch size {cell.decode_batch_size} applies to batch size 1 only"
+            f"batch size {batch_size} already decodes its padded batch together; "
+            f"decode batch size {decode_batch_size} applies to batch size 1 only"
         )
-    if spec.evicts and cell.batch_size > 1 and measured is None:  # the declared cross-check, at parse time
+    if spec.evicts and batch_size > 1 and measured is None:  # the declared cross-check, at parse time
         problems.append(
-            f"{spec.label} evicts cache entries and batch size is {cell.batch_size}: left padding would be "
+            f"{spec.label} evicts cache entries and batch size is {batch_size}: left padding would be "
             "scored alongside the prompt (the padding collapse). Use batch size 1 for eviction methods; "
             "only methods that keep every token (full_cache, kv_quant_*) may batch."
         )
-    if not spec.evicts and cell.retention != FULL_RETENTION:
-        problems.append(f"{spec.label} keeps the whole cache; its retention must be 1.0, not {cell.retention}")
-    if spec.evicts and not 0.0 < cell.retention < 1.0:
-        problems.append(f"{spec.label} retention must be in (0, 1), got {cell.retention}")
+    if not spec.evicts and retention != FULL_RETENTION:
+        problems.append(f"{spec.label} keeps the whole cache; its retention must be 1.0, not {retention}")
+    if spec.evicts and not 0.0 < retention < 1.0:
+        problems.append(f"{spec.label} retention must be in (0, 1), got {retention}")
     return problems
 
 
-def measured_problems(cell: Cell, measured: dict) -> list[str]:
+def measured_problems(method: str, measured: dict, *, batch_size: int, decode_batch_size: int) -> list[str]:
     """Refusals from what the method was measured to do, so that a custom press is judged like a built-in one."""
     problems = []
     if measured.get("needs_hub_data"):
-        problems.append(f"{cell.method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}")
+        problems.append(f"{method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}")
     elif measured.get("status") == "fails":
-        problems.append(f"{cell.method} fails on a tiny model: {measured.get('error')}")
+        problems.append(f"{method} fails on a tiny model: {measured.get('error')}")
     changes_slots = [what for what in ("removes_tokens", "masks_slots") if measured.get(what)]
-    if changes_slots and cell.batch_size > 1:
+    if changes_slots and batch_size > 1:
         share = measured.get("padded_row_pad_share")
         measured_share = f" (measured: {share:.0%} of the padded row's kept slots were pads)" if share is not None else ""
         problems.append(
-            f"{cell.method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {cell.batch_size}: "
+            f"{method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {batch_size}: "
             f"left padding would be scored alongside the prompt{measured_share}. Use batch size 1."
         )
-    if measured.get("masks_slots") and cell.decode_batch_size > 1:
+    if measured.get("masks_slots") and decode_batch_size > 1:
         problems.append(
-            f"{cell.method} masks slots, and kvpress keeps the masks on the model for one sequence at a time: "
-            f"decode batch size {cell.decode_batch_size} would apply one example's masks to another. Use decode batch size 1."
+            f"{method} masks slots, and kvpress keeps the masks on the model for one sequence at a time: "
+            f"decode batch size {decode_batch_size} would apply one example's masks to another. Use decode batch size 1."
         )
     if measured.get("compresses_while_decoding"):
         problems.append(
-            f"{cell.method} compresses while decoding, through hooks this engine does not keep while it decodes: "
+            f"{method} compresses while decoding, through hooks this engine does not keep while it decodes: "
             "its cells would measure no compression at all"
         )
     return problems
@@ -111,6 +122,19 @@ def problems_of(fields: dict, custom_methods: dict | None = None) -> list[str]:
 
 
 def check_cell(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None) -> None:
-    problems = problems_with(cell, custom_methods, measured)
+    _refuse(cell.target, problems_with(cell, custom_methods, measured))
+
+
+def check_setting(
+    *, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int,
+    custom_methods: dict | None = None,
+) -> None:
+    """``check_cell`` for a job that knows what it runs but not its cell's names (``generation.cell_runner``)."""
+    settings = dict(task=task, method=method, question_mode=question_mode, retention=retention, batch_size=batch_size, decode_batch_size=decode_batch_size)
+    target = f"{task}/{method}/{question_mode}/{setting_slug(retention, batch_size, decode_batch_size)}"
+    _refuse(target, setting_problems(**settings, custom_methods=custom_methods))
+
+
+def _refuse(target: str, problems: list[str]) -> None:
     if problems:
-        raise ConfigCheckError(f"refused target {cell.target}:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise ConfigCheckError(f"refused target {target}:\n" + "\n".join(f"  - {p}" for p in problems))

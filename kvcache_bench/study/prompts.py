@@ -7,7 +7,7 @@ question-agnostic mode it compresses the context part alone and the question par
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 # LongBench v1's config/dataset2prompt.json and dataset2maxlen.json (THUDM/LongBench), English tasks.
 # Kept verbatim, quirks included ("asconcisely", the space before " Answer" in qasper, the trailing
@@ -137,15 +137,21 @@ KNOWN_TASKS = frozenset(PROMPTS)
 
 @dataclass(frozen=True)
 class PromptTokens:
-    context_ids: list[int]  # compressed by the press in both question modes
+    context_ids: list[int]  # compressed by the press in every question mode
     question_ids: list[int]  # seen by the press only in question-aware mode (but its held-back tail)
-    truncated: bool
-    original_tokens: int  # the raw prompt's tokens before truncation (LongBench's count, special tokens included)
+    _: KW_ONLY
+    truncated: bool = False
+    # the raw prompt's tokens before truncation (LongBench's count, special tokens included); None: context + question
+    original_tokens: int | None = None
     chat_template: bool = False
     # Trailing tokens of question_ids no press ever sees: the chat template's generation suffix (e.g.
     # "<|im_end|>\n<|im_start|>assistant\n") and RULER's answer prefix. kvpress's pipeline runs them after
     # compressing; pressed, a press could evict the very header the model answers from.
     held_back_tokens: int = 0
+
+    def __post_init__(self):
+        if self.original_tokens is None:
+            object.__setattr__(self, "original_tokens", self.length)
 
     @property
     def length(self) -> int:
@@ -262,7 +268,8 @@ def build_prompt_tokens(
         len(ids),
     )
     return PromptTokens(
-        ids[:question_start], ids[question_start:], truncated, original, chat, held_back_tokens=len(ids) - held_back_start
+        ids[:question_start], ids[question_start:], truncated=truncated, original_tokens=original, chat_template=chat,
+        held_back_tokens=len(ids) - held_back_start,
     )
 
 

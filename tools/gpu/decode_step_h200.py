@@ -65,8 +65,8 @@ def main() -> None:
     model = build_random_model(shape, dtype, device, 0)
     tokens = 300 if args.tiny else args.prompt_tokens
     ids = torch.randint(3, shape["vocab_size"], (tokens,), generator=torch.Generator().manual_seed(0)).tolist()
-    prompt = PromptTokens(ids[:-32], ids[-32:], False, tokens)
-    prefilled = prefill_prompt(model, prompt, build_press("snapkv", 0.5, seed=0), True)
+    prompt = PromptTokens(ids[:-32], ids[-32:])
+    prefilled = prefill_prompt(model, prompt, build_press("snapkv", 0.5, seed=0), "question_aware")
     cached = prefilled.keys[0].shape[-2]
     element = torch.finfo(dtype).bits // 8
     kv_bytes_per_token = 2 * len(prefilled.keys) * prefilled.keys[0].shape[1] * prefilled.keys[0].shape[-1] * element

@@ -27,7 +27,7 @@ def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> 
     for _ in range(count):
         length = int(mean_tokens * (0.9 + 0.2 * torch.rand((), generator=generator).item()))
         ids = torch.randint(3, vocab_size, (length,), generator=generator).tolist()
-        prompts.append(PromptTokens(ids[:-QUESTION_TOKENS], ids[-QUESTION_TOKENS:], False, length))
+        prompts.append(PromptTokens(ids[:-QUESTION_TOKENS], ids[-QUESTION_TOKENS:]))
     return prompts
 
 

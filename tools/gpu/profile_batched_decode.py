@@ -38,7 +38,7 @@ def main() -> None:
     model = build_random_model(shape, torch.bfloat16 if device.type == "cuda" else torch.float32, device, 0)
     prompts = random_prompts(args.rows, 300 if args.tiny else 5000, shape["vocab_size"], 0)
     press = build_press("snapkv", 0.5, seed=0)
-    prefilled = [prefill_prompt(model, p, press, True) for p in prompts]
+    prefilled = [prefill_prompt(model, p, press, "question_aware") for p in prompts]
     decode_together(model, prefilled, 4, set())  # warm-up
     if device.type == "cuda":
         torch.cuda.synchronize()

@@ -68,7 +68,7 @@ def main() -> None:
         held.append(prefilled_from_cache(model, cache, logits, len(ids), 0.0, len(ids) - 1, copy=False))
         sync()
         t4 = time.perf_counter()
-        prefill_example(model, prompt, press, True)
+        prefill_example(model, prompt, press, "question_aware")
         sync()
         t5 = time.perf_counter()
         if index >= 2:  # the first two warm up
@@ -81,7 +81,7 @@ def main() -> None:
     activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with torch.profiler.profile(activities=activities) as profiler:
         for prompt in prompts[:2]:
-            prefill_example(model, prompt, press, True)
+            prefill_example(model, prompt, press, "question_aware")
         sync()
     sort_key = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     lines.append(profiler.key_averages().table(sort_by=sort_key, row_limit=25))

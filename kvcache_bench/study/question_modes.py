@@ -1,0 +1,63 @@
+"""The question modes: which question, if any, the press sees while it compresses an example's context.
+
+A mode is a value that travels from the cell (its path's ``question_mode`` wildcard) down to the prefill,
+so that a new mode is one more member here and one more branch where the prefill builds what the press sees.
+"""
+
+from __future__ import annotations
+
+import random
+from enum import StrEnum
+
+
+class QuestionMode(StrEnum):
+    """Compares equal to its value, the wildcard string (``QuestionMode.QUESTION_AWARE == "question_aware"``)."""
+
+    # the press sees context + this example's question (but the held-back tail: the chat template's suffix)
+    QUESTION_AWARE = "question_aware"
+    # the press sees the context alone; the question runs afterwards on the compressed cache
+    QUESTION_AGNOSTIC = "question_agnostic"
+    # the press sees context + another question on the same context; that question's slots are then removed
+    # and this example's question runs where it would in question_agnostic (generation.other_question)
+    OTHER_QUESTION = "other_question"
+    # as other_question, with this example's own question in view: its slots removed, it runs again uncompressed.
+    # other_question differs from it only in which question the press saw (question_aware also presses the
+    # question's own tokens, so a press can evict the question itself)
+    SAME_QUESTION = "same_question"
+
+    @property
+    def removes_the_question_it_showed(self) -> bool:
+        """The press saw a question whose slots are then removed (generation.other_question)."""
+        return self in (QuestionMode.OTHER_QUESTION, QuestionMode.SAME_QUESTION)
+
+
+QUESTION_MODES = tuple(mode.value for mode in QuestionMode)
+
+
+def questions_by_context(rows: list[dict]) -> list[list[dict]]:
+    """Rows grouped by identical context text, in order of first appearance (Qasper asks several per paper)."""
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["context"], []).append(row)
+    return list(groups.values())
+
+
+def contexts_with_several_questions(rows: list[dict]) -> tuple[int, int]:
+    """(contexts with two or more questions, contexts): how much of a dataset the other-question mode can use."""
+    groups = questions_by_context(rows)
+    return sum(len(group) >= 2 for group in groups), len(groups)
+
+
+def other_questions(rows: list[dict], seed: int) -> dict[str, str | None]:
+    """For each row id, the id of the other question on its context the press sees in ``other_question`` mode.
+
+    Chosen from the seed and the row's own id alone, so a row gets the same other question whichever rows
+    share its file; None where the context has no other question (the row cannot be in this mode).
+    """
+    chosen: dict[str, str | None] = {}
+    for group in questions_by_context(rows):
+        ids = [row["_id"] for row in group]
+        for row_id in ids:
+            others = sorted(other for other in ids if other != row_id)
+            chosen[row_id] = random.Random(f"{seed}/{row_id}").choice(others) if others else None
+    return chosen
