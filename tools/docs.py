@@ -2,7 +2,8 @@
 
     python tools/docs.py config    # the key table of config/README.md, from schemas/config.schema.yaml
     python tools/docs.py modules   # the import table of docs/modules.md, from kvcache_bench/ and scripts/
-    python tools/docs.py methods   # README's method table, from kvcache_bench/methods/catalogue.py
+    python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
+    python tools/docs.py method-families   # README's one row per family, from the same catalogue
 """
 
 from __future__ import annotations
@@ -110,6 +111,19 @@ def method_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def method_family_table() -> str:
+    """The README's short form: one row per family, hub-dependent methods apart (docs/methods.md has each one)."""
+    sys.path.insert(0, str(REPO))
+    from kvcache_bench.methods.catalogue import BUILT_IN
+
+    families: dict[str, list[str]] = {}
+    for spec in BUILT_IN.values():
+        families.setdefault("needs hub data" if spec.hub_data else spec.family, []).append(f"`{spec.name}`")
+    lines = ["| family | methods |", "|---|---|"]
+    lines += [f"| {family} ({len(names)}) | {', '.join(names)} |" for family, names in families.items()]
+    return "\n".join(lines) + "\n"
+
+
 def replace_block(text: str, what: str, block: str) -> str:
     begin, end = BEGIN.format(what=what), END.format(what=what)
     head, _, rest = text.partition(begin + "\n")
@@ -120,7 +134,8 @@ def replace_block(text: str, what: str, block: str) -> str:
 TARGETS = {
     "config": ("config/README.md", config_reference),
     "modules": ("docs/modules.md", module_map),
-    "methods": ("README.md", method_table),
+    "methods": ("docs/methods.md", method_table),
+    "method-families": ("README.md", method_family_table),
 }
 
 if __name__ == "__main__":
