@@ -57,6 +57,17 @@ def test_a_masking_press_is_refused_at_decode_batch_above_one_and_runs_alone():
     assert any("one example's masks to another" in p for p in problems_with(stacked, measured=properties))
 
 
+def test_a_masking_press_is_refused_in_the_modes_that_remove_a_shown_question():
+    """kvpress's `expected_attention` (AdaKV over Expected Attention) masks keys per head: the other-question mode
+    cannot take the other question's slots out of such a cache, so its check refuses it rather than its job failing."""
+    properties = measure("expected_attention")
+    assert properties["masks_slots"]
+    for mode in ("other_question", "same_question"):
+        refused = problems_with(Cell("d", "qasper", "m", "expected_attention", mode, 0.5, 1, 1), measured=properties)
+        assert any("masks slots per head" in p and mode in p for p in refused), refused
+    assert problems_with(Cell("d", "qasper", "m", "plain_expected_attention", "other_question", 0.5, 1, 1), measured=measure("plain_expected_attention")) == []
+
+
 def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
     import json
 

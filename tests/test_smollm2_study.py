@@ -29,6 +29,8 @@ def _cut_down_config(workdir: Path) -> None:
     config = yaml.safe_load((workdir / "config" / "smollm2.yaml").read_text())
     config["datasets"] = {DATASET: {**config["datasets"][DATASET], "tasks": [TASK], "num_examples": NUM_EXAMPLES}}
     config.update(methods=["full_cache", "snapkv"], retentions=[0.25])
+    config["generation"]["max_new_tokens"] = {TASK: config["generation"]["max_new_tokens"][TASK]}
+    config.pop("probes")  # its 2k rows belong to a dataset this cut-down study does not have
     (workdir / "config" / "smollm2-cut.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 

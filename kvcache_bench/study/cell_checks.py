@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, get_method
 from kvcache_bench.study.cells import setting_slug
 from kvcache_bench.study.prompts import KNOWN_TASKS
-from kvcache_bench.study.question_modes import QUESTION_MODES
+from kvcache_bench.study.question_modes import QUESTION_MODES, QuestionMode
 
 
 class ConfigCheckError(ValueError):
@@ -61,7 +61,9 @@ def setting_problems(
     except UnknownMethodError as error:
         return [str(error)]
     if measured is not None:
-        problems += measured_problems(method, measured, batch_size=batch_size, decode_batch_size=decode_batch_size)
+        problems += measured_problems(
+            method, measured, batch_size=batch_size, decode_batch_size=decode_batch_size, question_mode=question_mode
+        )
     if task not in KNOWN_TASKS:
         problems.append(f"unknown task {task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
     if question_mode not in QUESTION_MODES:
@@ -88,7 +90,9 @@ def setting_problems(
     return problems
 
 
-def measured_problems(method: str, measured: dict, *, batch_size: int, decode_batch_size: int) -> list[str]:
+def measured_problems(
+    method: str, measured: dict, *, batch_size: int, decode_batch_size: int, question_mode: str = QuestionMode.QUESTION_AWARE.value
+) -> list[str]:
     """Refusals from what the method was measured to do, so that a custom press is judged like a built-in one."""
     problems = []
     if measured.get("needs_hub_data"):
@@ -107,6 +111,11 @@ def measured_problems(method: str, measured: dict, *, batch_size: int, decode_ba
         problems.append(
             f"{method} masks slots, and kvpress keeps the masks on the model for one sequence at a time: "
             f"decode batch size {decode_batch_size} would apply one example's masks to another. Use decode batch size 1."
+        )
+    if measured.get("masks_slots") and question_mode in QUESTION_MODES and QuestionMode(question_mode).removes_the_question_it_showed:
+        problems.append(
+            f"{method} masks slots per head, and the {question_mode} mode removes the question it showed from the cache "
+            "slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or question_agnostic."
         )
     if measured.get("compresses_while_decoding"):
         problems.append(
