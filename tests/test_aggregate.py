@@ -124,7 +124,7 @@ def test_markdown_names_methods_as_users_know_them(tmp_path):
     summary = summarize(tmp_path, [(cell("full_cache", 1.0), scores_of([1.0] * 3)),
                                    (cell("expected_attention", 0.25), scores_of([0.0] * 3))])
     markdown = summary_markdown(summary)
-    assert "| Expected Attention | question-aware | 25% | 1 | 1 | 3 | 0.00 |" in markdown
+    assert "| Expected Attention (AdaKV, eps 1e-2) | question-aware | 25% | 1 | 1 | 3 | 0.00 |" in markdown
     assert "| Full cache |" in markdown
 
 
