@@ -11,7 +11,7 @@ from conftest import REPO, planned_jobs, run_snakemake
 
 from kvcache_bench.workflow import package_code_hash, package_modules
 
-FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_batch_size"}
+FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_batch_size", "figure_question_change"}
 
 
 def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_included():
