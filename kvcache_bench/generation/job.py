@@ -36,7 +36,7 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
         max_new_tokens=p.max_new_tokens,
         seed=p.seed,
         method_kwargs=p.method_kwargs,
-        custom_methods=p.custom_methods,
+        custom_methods=getattr(p, "custom_methods", None),  # absent when a command line names no custom method
         loaded=loaded,
     )
     count = write_jsonl_atomic(job.output.predictions, records)
