@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -77,6 +78,24 @@ def remove_stale_partials(path: str | os.PathLike) -> list[Path]:
     for leftover in stale:
         leftover.unlink(missing_ok=True)
     return stale
+
+
+@contextlib.contextmanager
+def atomic_directory(out_dir: str | os.PathLike) -> Iterator[Path]:
+    """A staging directory beside ``out_dir`` (permissions from the umask) that replaces it, whole, on success;
+    on failure it is removed and ``out_dir`` is left as it was."""
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
+    try:
+        os.chmod(staging, 0o777 & ~current_umask())  # mkdtemp's 0700 would make the output private to its writer
+        yield staging
+        if out_dir.exists():
+            shutil.rmtree(out_dir)
+        os.replace(staging, out_dir)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from kvcache_bench.data.packaged_models import file_digests, locate_packaged_file
+from kvcache_bench.io import atomic_directory
 
 LLAMA_MODELS_PACKAGE = "llama-models"
 LLAMA_MODELS_VERSION = "0.3.0"
@@ -160,17 +159,8 @@ def materialise_llama3_tokenizer(out_dir: str | os.PathLike, version: str | None
     packaged = locate_packaged_file(LLAMA_MODELS_PACKAGE, TOKENIZER_MODEL_FILE, version=version, expected_sha256=sha256)
     tokenizer = llama3_tokenizer_from_ranks(packaged.path)
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-    try:
-        os.chmod(staging, 0o755)
+    with atomic_directory(out_dir) as staging:
         tokenizer.save_pretrained(staging)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return {
         "source": {
             "package": packaged.package,

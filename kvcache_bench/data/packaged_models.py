@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcache_bench.io import sha256_of
+from kvcache_bench.io import atomic_directory, sha256_of
 
 INSTALL_HELP = (
     "install it without its dependencies (the GGUF file is all this project reads):\n"
@@ -173,22 +171,10 @@ def materialise_gguf_model(gguf_path: str | os.PathLike, out_dir: str | os.PathL
         settings.pad_token_id = tokenizer.pad_token_id
     # The GGUF's path would otherwise be written into config.json, making the bytes depend on the venv.
     model.config._name_or_path = ""
-    out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    try:
-        os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would make the model private to its builder
+    with atomic_directory(out_dir) as staging:
         model.eval().save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
-    return out_dir
+    return Path(out_dir)
 
 
 def file_digests(directory: str | os.PathLike) -> list[dict[str, str]]:

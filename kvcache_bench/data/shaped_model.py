@@ -10,13 +10,12 @@ noise, and its manifest says ``random_init: true``.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from kvcache_bench.data.llama3_tokenizer import stop_token_ids
 from kvcache_bench.data.packaged_models import file_digests
 from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE
+from kvcache_bench.io import atomic_directory
 
 SHAPES = {
     "llama-3.1-8b": LLAMA_31_8B_SHAPE,
@@ -58,18 +57,9 @@ def build_shaped_model(shape: str, seed: int, tokenizer_dir: str | os.PathLike, 
         settings["bos_token_id"], settings["eos_token_id"], settings["pad_token_id"]
     )
     out_dir = Path(out_dir)
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".partial", dir=out_dir.parent))
-    try:
-        os.chmod(staging, 0o755)
+    with atomic_directory(out_dir) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        os.replace(staging, out_dir)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
     return {
         "random_init": True,
         "shape": shape,
