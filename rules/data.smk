@@ -59,7 +59,9 @@ rule make_ruler_haystack:
         "../envs/generate.yaml"
     params:
         prompt_length=lookup(dpath="datasets/{dataset}/ruler_haystack/prompt_length", within=config),
-        questions_per_haystack=lookup(dpath="datasets/{dataset}/ruler_haystack/questions_per_haystack", within=config, default=1),
+        questions_per_haystack=lookup(
+            dpath="datasets/{dataset}/ruler_haystack/questions_per_haystack", within=config, default=1
+        ),
         num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
         seed=SEED,
         code=package_code("make_ruler_haystack.py"),
