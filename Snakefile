@@ -40,6 +40,7 @@ include: "rules/plan.smk"
 include: "rules/train.smk"
 include: "rules/report.smk"
 include: "rules/probes.smk"
+include: "rules/reference.smk"
 
 
 rule all:

@@ -1,6 +1,7 @@
 # Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
 
 import functools
+import glob
 import os
 import re
 import sys
@@ -255,6 +256,11 @@ def padding_probe_rows(wildcards):
     return [f"results/data/{dataset}/{padding['task']}.jsonl" for dataset in padding["datasets"]]
 
 
+def padding_probe_reports(wildcards):
+    methods = config["probes"]["padding"]["methods"]
+    return [f"results/probes/padding/{wildcards.task}/{wildcards.model}/{method}.json" for method in methods]
+
+
 def probe_outputs():
     """What `snakemake probes` makes: nothing unless the config has a probes section."""
     probes = config.get("probes", {})
@@ -268,4 +274,34 @@ def probe_outputs():
             outputs += [
                 f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]
             ]
+            outputs.append(f"results/figures/padding_probe/{padding['task']}/{model}.png")
     return outputs
+
+
+# ----------------------------------------------------------------------------- reference runs (rules/reference.smk)
+
+
+def reference_outputs():
+    """What `snakemake reference_figures` rebuilds: per committed run, the figures its tables and probes allow."""
+    outputs = []
+    for run_dir in sorted(glob.glob(os.path.join(workflow.basedir, "reference", "*"))):
+        run = os.path.basename(run_dir)
+        tables = os.path.join(run_dir, "tables")
+        if os.path.exists(os.path.join(tables, "summary.csv")):
+            outputs.append(f"results/reference/{run}/figures/quality_vs_retention.png")
+            if os.path.exists(os.path.join(tables, "per_example.csv")) and reference_has_question_change(tables):
+                outputs.append(f"results/reference/{run}/figures/question_change.png")
+        for model_dir in sorted(glob.glob(os.path.join(run_dir, "probes", "padding", "*", "*"))):
+            task, model = model_dir.split(os.sep)[-2:]
+            outputs.append(f"results/reference/{run}/figures/padding_probe/{task}/{model}.png")
+    return outputs
+
+
+def reference_has_question_change(tables):
+    with open(os.path.join(tables, "summary.csv")) as handle:
+        return "other_question" in handle.read()
+
+
+def reference_padding_probe_reports(wildcards):
+    directory = os.path.join("reference", wildcards.run, "probes", "padding", wildcards.task, wildcards.model)
+    return sorted(p for p in glob.glob(os.path.join(directory, "*.json")) if not p.endswith(".manifest.json"))

@@ -59,3 +59,48 @@ rule probe_padding:
         seed=SEED,
     script:
         "../scripts/probe_padding.py"
+
+
+rule padding_probe_table:
+    input:
+        reports=padding_probe_reports,
+    output:
+        table="results/tables/padding_probe/{task}/{model}.csv",
+        markdown="results/tables/padding_probe/{task}/{model}.md",
+        manifest="results/tables/padding_probe/{task}/{model}.csv.manifest.json",
+        markdown_manifest="results/tables/padding_probe/{task}/{model}.md.manifest.json",
+    log:
+        "logs/padding_probe_table/{task}/{model}.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("padding_probe_table.py"),
+        seed=SEED,
+        n_resamples=config["analysis"]["bootstrap_resamples"],
+    script:
+        "../scripts/padding_probe_table.py"
+
+
+rule figure_padding_probe:
+    input:
+        table=rules.padding_probe_table.output.table,
+    output:
+        png=report(
+            "results/figures/padding_probe/{task}/{model}.png",
+            caption="../report/padding_probe.rst",
+            category="Figures",
+            subcategory="Padding",
+        ),
+        svg="results/figures/padding_probe/{task}/{model}.svg",
+        manifest="results/figures/padding_probe/{task}/{model}.png.manifest.json",
+    log:
+        "logs/figures/padding_probe/{task}/{model}.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_padding_probe.py"),
+        title="Left padding: what each press lost, and how many pads it kept",
+    script:
+        "../scripts/figure_padding_probe.py"

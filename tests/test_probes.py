@@ -55,3 +55,9 @@ def test_left_padding_changes_compressed_answers_and_nothing_else(smollm2_eager)
     assert max(full["pad_tokens_per_row"]) > 100 and full["changed_answers"] == 0  # padding alone moves nothing
     streaming = padding_effect(model, tokenizer, rows, method="streaming_llm", retention=0.5, **kwargs)
     assert streaming["changed_answers"] >= 1  # its kept "sink" positions are the pads of the short rows
+    layers = model.config.num_hidden_layers
+    # the full cache keeps every pad in every layer; the longest row has none
+    assert full["pads_kept_per_row_and_layer"] == [[float(p)] * layers for p in full["pad_tokens_per_row"]]
+    # StreamingLLM's 4 sinks are the first positions: in a padded row, pads, in every layer
+    for row_pads, kept in zip(streaming["pad_tokens_per_row"], streaming["pads_kept_per_row_and_layer"]):
+        assert len(kept) == layers and all(min(row_pads, 4) <= k <= row_pads for k in kept), (row_pads, kept)

@@ -6,7 +6,8 @@ does the published padding collapse happen to it?
   that does not is hurt less by losing them, and a batching harness whose first positions are pads
   (left padding) hurts it less.
 * ``padding_effect``: the same harness (``model.generate`` under the press, question-aware) at batch 1
-  and on left-padded batches, so the only difference is the padding the press ranks alongside the text.
+  and on left-padded batches, so the only difference is the padding the press ranks alongside the text,
+  and how many pad positions the press kept in each padded row and layer (``pads_kept``).
   ``checks.py`` refuses this configuration in the study; here it is measured on purpose.
 """
 
@@ -16,7 +17,8 @@ import torch
 
 from kvcache_bench.analysis.metrics import score_example
 from kvcache_bench.generation.loading import stop_token_ids
-from kvcache_bench.generation.single_decode import padded_batch_answers
+from kvcache_bench.generation.prefill import press_context
+from kvcache_bench.generation.single_decode import left_padded_batch, padded_batch_answers
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import build_prompt_tokens
 
@@ -98,11 +100,15 @@ def padding_effect(
         return round(100 * sum(score_example(task, a, r["answers"]) for a, r in zip(answers, rows)) / len(rows), 2)
 
     alone, padded = answers_at(1), answers_at(batch_size)
-    pads = []
+    pads, kept = [], []
     for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        width = max(p.length for p in chunk)
-        pads.extend(width - p.length for p in chunk)
+        chunk = [p.context_ids + p.question_ids for p in prompts[start : start + batch_size]]
+        width = max(len(ids) for ids in chunk)
+        pads.extend(width - len(ids) for ids in chunk)
+        torch.manual_seed(seed)
+        kept.extend(pads_kept(model, chunk, build_press(method, retention, method_kwargs, seed=seed), pad_id))
+    scores_alone = [score_example(task, a, r["answers"]) for a, r in zip(alone, rows)]
+    scores_padded = [score_example(task, b, r["answers"]) for b, r in zip(padded, rows)]
     return {
         "task": task,
         "method": method,
@@ -113,8 +119,61 @@ def padding_effect(
         "score_batch_1": mean_score(alone),
         "score_padded_batch": mean_score(padded),
         "pad_tokens_per_row": pads,
+        # per row, per layer: pad positions still in the cache after the press, averaged over KV heads
+        "pads_kept_per_row_and_layer": kept,
         "answers": [
-            {"id": r["_id"], "batch_1": a, "padded_batch": b, "references": r["answers"]}
-            for r, a, b in zip(rows, alone, padded)
+            {"id": r["_id"], "batch_1": a, "padded_batch": b, "references": r["answers"],
+             "score_batch_1": x, "score_padded_batch": y}
+            for r, a, b, x, y in zip(rows, alone, padded, scores_alone, scores_padded)
         ],
     }
+
+
+@torch.inference_mode()
+def pads_kept(model, rows: list[list[int]], press, pad_token_id: int) -> list[list[float]]:
+    """Per row of one left-padded batch and per layer, how many pad positions ``press`` left visible in the
+    cache (mean over KV heads): the published write-up's missing number.
+
+    The harness's prefill runs twice on the same batch, without and with the press. Kept keys are copies
+    of uncompressed ones, so each kept slot is matched to its nearest original key; a slot matched to a
+    position before the row's first token is a pad (pads share one token and one position, so their keys
+    are equal and any of them is the same answer). Slots a press hides with kvpress's fake keys
+    (``masked_key_indices``) are not counted.
+    """
+    input_ids, mask = left_padded_batch(rows, pad_token_id, model.device)
+    pads = [input_ids.shape[1] - len(ids) for ids in rows]
+    full, _ = _prefilled_cache(model, input_ids, mask, None)
+    compressed, masked = _prefilled_cache(model, input_ids, mask, press)
+    kept = [[] for _ in rows]
+    for layer, (original, pressed) in enumerate(zip(full.layers, compressed.layers)):
+        hidden = _hidden_slots(masked[layer])
+        for row, row_pads in enumerate(pads):
+            heads = pressed.keys.shape[1]
+            count = 0
+            for head in range(heads):
+                nearest = torch.cdist(pressed.keys[row, head].float(), original.keys[row, head].float()).argmin(dim=1)
+                visible = [slot for slot in range(nearest.shape[0]) if (row, head, slot) not in hidden]
+                count += int((nearest[visible] < row_pads).sum()) if visible else 0
+            kept[row].append(round(count / heads, 2))
+    return kept
+
+
+def _prefilled_cache(model, input_ids, mask, press):
+    """The cache after the harness's prefill (``generate`` stopped after its first token), and the slots
+    the press hid per layer."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for layer in model.model.layers:
+        layer.self_attn.masked_key_indices = None
+    with press_context(press, model):
+        model.generate(input_ids=input_ids, attention_mask=mask, past_key_values=cache, max_new_tokens=1,
+                       do_sample=False, pad_token_id=0)
+    masked = [getattr(layer.self_attn, "masked_key_indices", None) for layer in model.model.layers]
+    return cache, masked
+
+
+def _hidden_slots(masked) -> set[tuple[int, int, int]]:
+    if masked is None:
+        return set()
+    return set(zip(*(t.tolist() for t in masked[:3])))

@@ -120,6 +120,17 @@ def generate_shared_context(
 
 
 @torch.inference_mode()
+def left_padded_batch(rows: list[list[int]], pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask of ``rows`` left-padded to the longest, as a batching harness builds them."""
+    width = max(len(ids) for ids in rows)
+    input_ids = torch.full((len(rows), width), pad_token_id, dtype=torch.long, device=device)
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=device)
+    for row, ids in enumerate(rows):
+        input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
+        mask[row, width - len(ids) :] = 1
+    return input_ids, mask
+
+
 def generate_padded_batch(
     model,
     prompts: list[PromptTokens],
@@ -137,15 +148,10 @@ def generate_padded_batch(
     the (now compressed) cache as if they were still the pads. It is kept only so tests and the canary's
     report card can show that; ``checks.py`` refuses such targets.
     """
-    device = model.device
     start = time.perf_counter()
     full = [p.context_ids + p.question_ids for p in prompts]
-    width = max(len(ids) for ids in full)
-    input_ids = torch.full((len(full), width), pad_token_id, dtype=torch.long, device=device)
-    mask = torch.zeros((len(full), width), dtype=torch.long, device=device)
-    for row, ids in enumerate(full):
-        input_ids[row, width - len(ids) :] = torch.tensor(ids, device=device)
-        mask[row, width - len(ids) :] = 1
+    input_ids, mask = left_padded_batch(full, pad_token_id, model.device)
+    width = input_ids.shape[1]
     cache = make_cache()
     with press_context(press, model):
         output = model.generate(

@@ -1,0 +1,56 @@
+# Figures and tables rebuilt from the committed reference runs (reference/<run>/, made on a GPU by the rules
+# above) with this checkout's own analysis code, on CPU in seconds:
+#   snakemake reference_figures --cores 1
+# A run contributes what it committed: its study tables (tables/summary.csv, tables/per_example.csv) and
+# its padding probe reports (probes/padding/<task>/<model>/<method>.json).
+
+
+rule reference_figures:
+    input:
+        reference_outputs(),
+
+
+use rule figure_quality_vs_retention as reference_figure_quality_vs_retention with:
+    input:
+        summary="reference/{run}/tables/summary.csv",
+    output:
+        png="results/reference/{run}/figures/quality_vs_retention.png",
+        svg="results/reference/{run}/figures/quality_vs_retention.svg",
+        manifest="results/reference/{run}/figures/quality_vs_retention.png.manifest.json",
+    log:
+        "logs/reference/{run}/figures/quality_vs_retention.log",
+
+
+use rule figure_question_change as reference_figure_question_change with:
+    input:
+        summary="reference/{run}/tables/summary.csv",
+        per_example="reference/{run}/tables/per_example.csv",
+    output:
+        png="results/reference/{run}/figures/question_change.png",
+        svg="results/reference/{run}/figures/question_change.svg",
+        manifest="results/reference/{run}/figures/question_change.png.manifest.json",
+    log:
+        "logs/reference/{run}/figures/question_change.log",
+
+
+use rule padding_probe_table as reference_padding_probe_table with:
+    input:
+        reports=reference_padding_probe_reports,
+    output:
+        table="results/reference/{run}/tables/padding_probe/{task}/{model}.csv",
+        markdown="results/reference/{run}/tables/padding_probe/{task}/{model}.md",
+        manifest="results/reference/{run}/tables/padding_probe/{task}/{model}.csv.manifest.json",
+        markdown_manifest="results/reference/{run}/tables/padding_probe/{task}/{model}.md.manifest.json",
+    log:
+        "logs/reference/{run}/padding_probe_table/{task}/{model}.log",
+
+
+use rule figure_padding_probe as reference_figure_padding_probe with:
+    input:
+        table=rules.reference_padding_probe_table.output.table,
+    output:
+        png="results/reference/{run}/figures/padding_probe/{task}/{model}.png",
+        svg="results/reference/{run}/figures/padding_probe/{task}/{model}.svg",
+        manifest="results/reference/{run}/figures/padding_probe/{task}/{model}.png.manifest.json",
+    log:
+        "logs/reference/{run}/figures/padding_probe/{task}/{model}.log",

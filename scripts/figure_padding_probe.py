@@ -1,0 +1,14 @@
+"""Snakemake adapter: per press, the score change left padding caused and the share of pads it kept."""
+
+import pandas as pd
+
+from kvcache_bench.analysis.padding import padding_figure
+from kvcache_bench.analysis.plots import save_figure
+from kvcache_bench.manifest import write_manifest
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    figure = padding_figure(pd.read_csv(job.input.table), title=job.params.title)
+    save_figure(figure, job.output.png, job.output.svg)
+    write_manifest(job.output.png, params_of(job), None)
