@@ -58,3 +58,26 @@ def test_the_reference_table_is_the_file_its_manifest_describes():
     manifest = verify_against_manifest(REFERENCE)
     engines = {engine for _, engine in manifest["params"]["cells"]}
     assert engines == {"kvcache_bench", "kvpress_pipeline"}, engines  # both engines' cells of one study
+
+
+def _readme_text() -> str:
+    return " ".join(REPO.joinpath("README.md").read_text(encoding="utf-8").split())
+
+
+def test_the_sweep_cost_sentences_are_the_committed_runs():
+    """The README's worker figures (the SmolLM2 grid and the 8B cell) are the committed sweep_cost files'."""
+    import json
+
+    text = _readme_text()
+    grid = json.loads((REPO / "reference/h200-smollm2-sweep/tables/sweep_cost.json").read_text())
+    assert (f"took {grid['wall_seconds']} s of wall time for {grid['work_seconds']} s of measured work, one worker "
+            f"start of {grid['worker_start_seconds']} s and {grid['cell_warmup_seconds']} s of per-cell warm-up") in text
+    with_worker, without = (
+        json.loads((REPO / f"reference/h200-8b-cell/{run}/tables/sweep_cost.json").read_text())
+        for run in ("with-worker", "without-worker")
+    )
+    assert (f"took {with_worker['wall_seconds']} s of job time with a worker ({with_worker['work_seconds']} s of work, "
+            f"a {with_worker['worker_start_seconds']} s worker start, {with_worker['cell_warmup_seconds']} s of warm-up) "
+            f"and {without['wall_seconds']} s loading its own model ({without['work_seconds']} s of work, "
+            f"{without['cell_warmup_seconds']} s of warm-up)") in text
+    assert with_worker["model_workers"] == 1 and without["jobs_that_loaded_their_own_model"] == 1
