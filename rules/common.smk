@@ -150,6 +150,8 @@ def model_settings(wildcards):
         trust_remote_code=model["trust_remote_code"],
         max_context_tokens=model["max_context_tokens"],
         device=GENERATION["device"],
+        # only when pinned: an unpinned model's params (and so its cells) stay as they were
+        **({"revision": model["revision"]} if model.get("revision") else {}),
     )
 
 

@@ -20,6 +20,7 @@ rule download_dataset:
         split=lookup(dpath="datasets/{dataset}/split", within=config, default=None),
         data_dir=lookup(dpath="datasets/{dataset}/data_dir", within=config, default=None),
         num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
+        revision=lookup(dpath="datasets/{dataset}/revision", within=config, default=None),
         seed=SEED,
     script:
         "../scripts/download_dataset.py"

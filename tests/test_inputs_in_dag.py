@@ -326,3 +326,56 @@ def test_a_score_file_of_another_cell_is_refused_by_the_job_reading_it(tmp_path)
         require_made_with(scores, manifest, {"method": "snapkv", "retention": 0.5, "task": "qasper"})
     assert f"{scores} was made under other settings than this job reads it for (retention: 0.25 there, 0.5 here)" in str(refused.value)
     assert f"rm {scores} {scores}.manifest.json" in str(refused.value)
+
+
+# ------------------------------------------------------------------------------------------ 1. a pinned hub commit
+
+
+def hub_cache_with(tmp_path: Path, repo: str, revisions: list[str]) -> Path:
+    """A Hugging Face cache holding the canary as hub repository ``repo`` at each of ``revisions`` (the layout
+    huggingface_hub writes: snapshots/<sha>/, refs/main), so from_pretrained reads it offline."""
+    source = Path(__file__).resolve().parents[1] / "resources" / "canary"
+    root = tmp_path / "hub" / f"models--{repo.replace('/', '--')}"
+    for sha in revisions:
+        snapshot = root / "snapshots" / sha
+        snapshot.mkdir(parents=True)
+        for file in source.iterdir():
+            if file.is_file():
+                (snapshot / file.name).write_bytes(file.read_bytes())
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text(revisions[-1])
+    return tmp_path / "hub"
+
+
+def test_a_pinned_hub_commit_is_a_param_so_a_new_pin_reruns_its_cells(tmp_path):
+    """A hub model pinned with models.<name>.revision loads that commit, its manifests record it, and a new pin
+    plans that model's generate jobs again; with the pin unchanged nothing is planned."""
+    workdir = copy_workflow(tmp_path / "workflow")
+    first, second = "a" * 40, "b" * 40
+    env = {"HF_HUB_CACHE": str(hub_cache_with(tmp_path, "kvbench/canary", [first, second])), "HF_HUB_OFFLINE": "1"}
+
+    def pinned(revision):
+        return small_config(workdir, models=lambda c: c["models"]["canary"].update(path="kvbench/canary", revision=revision))
+
+    def run(config, *args):
+        (workdir / "config/pinned.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        result = run_snakemake(workdir, *args, "--configfile", "config/pinned.yaml", env=env, timeout=900)
+        return result, result.stdout + result.stderr
+
+    result, output = run(pinned(first), "--cores", "2")
+    assert result.returncode == 0, output[-3000:]
+    [manifest] = (workdir / "results/predictions").rglob("retention-0.50*.jsonl.manifest.json")
+    assert json.loads(manifest.read_text())["model_hub_revision"] == first
+    _, unchanged = run(pinned(first), "-n")
+    assert "Nothing to be done" in unchanged, unchanged[-2000:]
+    _, repinned = run(pinned(second), "-n")
+    assert dry_run_jobs(repinned, "generate") and "params" in repinned.lower(), repinned[-3000:]
+
+
+def test_a_pin_on_a_folder_or_generated_data_is_refused(workdir):
+    result, output = run_with(workdir, small_config(workdir, models=set_model("revision", "main")), "-n")
+    assert result.returncode != 0 and "models.canary.revision 'main' pins a hub commit, but models.canary.path" in output
+    config = small_config(workdir)
+    config["datasets"]["synthetic"]["revision"] = "main"
+    result, output = run_with(workdir, config, "-n")
+    assert result.returncode != 0 and "datasets.synthetic.revision 'main' pins a hub commit, but the dataset's source is 'synthetic'" in output

@@ -96,15 +96,19 @@ def load_longbench_rows(
     local_path: str | None = None,
     split: str = "test",
     data_dir: str | None = None,
+    revision: str | None = None,
 ) -> list[dict]:
-    """Rows of one task in LongBench's schema, from the hub or a local file.
+    """Rows of one task in LongBench's schema, from the hub (at ``revision`` when pinned) or a local file.
 
     RULER's subtasks (kvpress's parquet layout) are read by ``load_ruler_rows`` and converted.
     """
     from kvcache_bench.study.prompts import RULER_TASKS
 
     if task in RULER_TASKS:
-        return load_ruler_rows(task, dataset_name=dataset_name, hub_id=hub_id, local_path=local_path, split=split, data_dir=data_dir)
+        return load_ruler_rows(
+            task, dataset_name=dataset_name, hub_id=hub_id, local_path=local_path, split=split, data_dir=data_dir,
+            revision=revision,
+        )
     import datasets
 
     if local_path:
@@ -119,7 +123,7 @@ def load_longbench_rows(
         if not rows:
             raise DataRowError(f"{', '.join(files)}: empty, no rows of task {task!r}")
     else:
-        loaded = _load_from_hub(hub_id, dict(name=task), split, dataset_name, task)
+        loaded = _load_from_hub(hub_id, dict(name=task), split, dataset_name, task, revision)
         rows = [{**row, ROW_SOURCE: f"{hub_id} ({task}, split {split}), row {index}"} for index, row in enumerate(loaded, start=1)]
         if not rows:
             raise DataRowError(f"{hub_id} ({task}, split {split}) is empty")
@@ -139,13 +143,14 @@ def read_local_jsonl_rows(path: str | Path) -> list[dict]:
     return rows
 
 
-def _load_from_hub(hub_id: str | None, selector: dict, split: str, dataset_name: str, task: str):
+def _load_from_hub(hub_id: str | None, selector: dict, split: str, dataset_name: str, task: str, revision: str | None = None):
     import datasets
 
     if not hub_id:
         raise DatasetUnavailableError(f"dataset {dataset_name!r} has neither hub_id nor local_path")
     try:
-        return datasets.load_dataset(hub_id, split=split, token=os.environ.get("HF_TOKEN"), **selector)
+        pinned = {"revision": revision} if revision else {}
+        return datasets.load_dataset(hub_id, split=split, token=os.environ.get("HF_TOKEN"), **selector, **pinned)
     except Exception as error:  # the hub's errors are many; all of them mean "not from here"
         raise DatasetUnavailableError(
             f"could not load {hub_id!r} {selector} split {split!r}: {type(error).__name__}: {error}\n"
@@ -164,6 +169,7 @@ def load_ruler_rows(
     local_path: str | None = None,
     split: str = "test",
     data_dir: str | None = "4096",
+    revision: str | None = None,
 ) -> list[dict]:
     """One RULER subtask in LongBench's schema, from kvpress's parquet layout (``simonjegou/ruler``).
 
@@ -182,7 +188,7 @@ def load_ruler_rows(
             f"dataset {dataset_name!r}: RULER on the hub needs data_dir, the context length (4096, 8192, 16384, 32768)"
         )
     else:
-        loaded = _load_from_hub(hub_id, dict(data_dir=data_dir), split, dataset_name, task)
+        loaded = _load_from_hub(hub_id, dict(data_dir=data_dir), split, dataset_name, task, revision)
     missing = [c for c in RULER_COLUMNS if c not in loaded.column_names]
     if missing:
         raise DatasetUnavailableError(f"RULER data lacks columns {missing} (has {loaded.column_names})")

@@ -16,7 +16,7 @@ from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.generation.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
-from kvcache_bench.study.sources import hub_revision
+from kvcache_bench.study.sources import resolved_revision
 from kvcache_bench.workflow import params_of, settings_of
 
 
@@ -45,7 +45,8 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
         logging.getLogger("kvcache_bench").warning("measured other than asked: %s", warning)
     extra = {
         "records": count, "data_sha256": data[str(job.input.rows)]["content"]["sha256"],
-        "model_hub_revision": hub_revision(p.model_settings["path"]),  # None for a local folder: its files are inputs
+        # None for a local folder: its files are inputs
+        "model_hub_revision": resolved_revision(p.model_settings["path"], "model", p.model_settings.get("revision")),
     }
     if worker is not None:
         extra["worker"] = worker

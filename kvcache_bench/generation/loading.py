@@ -35,18 +35,28 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def load_tokenizer(path: str, trust_remote_code: bool = False):
+def load_tokenizer(path: str, trust_remote_code: bool = False, revision: str | None = None):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, token=os.environ.get("HF_TOKEN"))
+        return AutoTokenizer.from_pretrained(
+            path, trust_remote_code=trust_remote_code, token=os.environ.get("HF_TOKEN"), **_pinned(revision)
+        )
     except Exception as error:
         if damaged := damaged_model_files(path):
             raise ModelUnavailableError(f"Could not load the tokenizer from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)) from error
         raise ModelUnavailableError(LOAD_HELP.format(what="the tokenizer", path=path, error=error)) from error
 
 
-def load_model(path: str, dtype: str, attn_implementation: str, device: torch.device, trust_remote_code: bool = False):
+def _pinned(revision: str | None) -> dict:
+    """A hub commit, tag or branch the config pins (``models.<name>.revision``); nothing for a local folder."""
+    return {"revision": revision} if revision else {}
+
+
+def load_model(
+    path: str, dtype: str, attn_implementation: str, device: torch.device, trust_remote_code: bool = False,
+    revision: str | None = None,
+):
     from transformers import AutoModelForCausalLM
 
     try:
@@ -57,6 +67,7 @@ def load_model(path: str, dtype: str, attn_implementation: str, device: torch.de
             trust_remote_code=trust_remote_code,
             token=os.environ.get("HF_TOKEN"),
             output_loading_info=True,
+            **_pinned(revision),
         )
     except Exception as error:
         if damaged := damaged_model_files(path):  # a local folder's file, not a download problem
@@ -83,6 +94,7 @@ class ModelSettings:
     attn_implementation: str = "sdpa"
     trust_remote_code: bool = False
     device: str = "auto"
+    revision: str | None = None  # a pinned hub commit, tag or branch: a param, so a new pin reruns its cells
 
 
 @dataclass
@@ -108,7 +120,7 @@ def load_for_settings(settings: ModelSettings, *, attn_implementation: str | Non
     start = time.perf_counter()
     device = pick_device(settings.device)
     attention = attn_implementation or settings.attn_implementation
-    loaded_tokenizer = load_tokenizer(settings.path, settings.trust_remote_code) if tokenizer else None
-    model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code)
+    loaded_tokenizer = load_tokenizer(settings.path, settings.trust_remote_code, settings.revision) if tokenizer else None
+    model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code, settings.revision)
     stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
     return LoadedModel(model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings)

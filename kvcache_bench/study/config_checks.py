@@ -77,6 +77,11 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
         local = Path(os.path.expanduser(path))
         local = local if local.is_absolute() else workdir / local
         where = f"models.{name}.path {path!r}"
+        if settings.get("revision") and (local.exists() or _looks_local(path, workdir)):
+            problems.append(
+                f"models.{name}.revision {settings['revision']!r} pins a hub commit, but {where} is a local folder "
+                "(its files are the jobs' inputs): drop revision, or give the hub id as path"
+            )
         if local.exists():
             if not local.is_dir():
                 problems.append(f"{where} is a file; a model path is a directory holding config.json and the weights")
@@ -101,6 +106,11 @@ def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> l
     problems = []
     for name, dataset in datasets.items():
         local_path = dataset.get("local_path")
+        if dataset.get("revision") and dataset["source"] != "hub":
+            problems.append(
+                f"datasets.{name}.revision {dataset['revision']!r} pins a hub commit, but the dataset's source is "
+                f"{dataset['source']!r}: drop revision, or read it from the hub (source: hub, hub_id)"
+            )
         if dataset["source"] == "local" and not local_path:
             problems.append(f"datasets.{name} has source: local but no local_path (a .parquet/.jsonl file or a directory)")
         if not local_path:
@@ -183,6 +193,8 @@ def made_model_path_problems(models: dict) -> list[str]:
                 f"{' (an existing folder, which would be loaded instead)' if Path(model['path']).exists() else ''}. "
                 f"Set path: {expected}, or remove {maker}: to load {model['path']!r} as it is."
             )
+        if maker and model.get("revision"):
+            problems.append(f"models.{name}.revision pins a hub commit, but the workflow makes this model ({maker}:): drop revision")
     return problems
 
 

@@ -3,6 +3,8 @@
 A local file enters the DAG as a Snakemake input of the job that reads it, so editing it in place reruns
 exactly the jobs (and cells) made from it; its path alone in a param would not. A hub copy has no file in
 the DAG: the commit it resolved to is recorded in the manifest of what was made from it (``hub_revision``).
+A config may pin one (``revision:`` of a dataset or model): the pin is a param of the jobs that read it, so a
+new pin reruns exactly them.
 """
 
 from __future__ import annotations
@@ -52,3 +54,11 @@ def hub_revision(repo_id: str, repo_type: str = "model", ref: str = "main") -> s
         return ref_file.read_text(encoding="utf-8").strip() or None
     except OSError:
         return None
+
+
+def resolved_revision(repo_id: str, repo_type: str = "model", pinned: str | None = None) -> str | None:
+    """The commit a job read: a pinned full sha as given, a pinned tag or branch (or ``main``) as the local
+    cache resolves it."""
+    if pinned and len(pinned) == 40 and all(c in "0123456789abcdef" for c in pinned.lower()):
+        return pinned
+    return hub_revision(repo_id, repo_type, ref=pinned or "main")
