@@ -119,7 +119,6 @@ def generate_shared_context(
     return generations
 
 
-@torch.inference_mode()
 def left_padded_batch(rows: list[list[int]], pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids and attention mask of ``rows`` left-padded to the longest, as a batching harness builds them."""
     width = max(len(ids) for ids in rows)
@@ -131,6 +130,7 @@ def left_padded_batch(rows: list[list[int]], pad_token_id: int, device) -> tuple
     return input_ids, mask
 
 
+@torch.inference_mode()
 def generate_padded_batch(
     model,
     prompts: list[PromptTokens],
