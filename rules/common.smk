@@ -30,6 +30,7 @@ from kvcache_bench.study.config_checks import (
     remote_code_warning,
 )
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
+from kvcache_bench.study.config_files import sort_setting_keys
 from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems
 from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
@@ -37,6 +38,8 @@ from kvcache_bench.study.sources import local_dataset_files, local_model_files
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
     study.apply_schema_defaults(config, yaml.safe_load(handle))
 expand_home_in_paths(config)
+# Params hold config values, compared by their repr: one key order, whatever order a config file writes.
+sort_setting_keys(config)
 
 # Inputs that would silently change the measurement are refused here, before any job (dry runs too).
 check_study_config(config, os.getcwd())

@@ -122,6 +122,23 @@ def test_config_on_the_command_line_alone_keeps_config_yaml(workdir):
     assert "rule generate:" in output  # the real study's cells, from config.yaml
 
 
+def test_key_order_is_no_setting_but_the_studys_models_and_datasets_keep_theirs():
+    """Two configs that differ only in the order they write keys give the same params (Snakemake compares their
+    repr: another order would rerun every cell, tests/test_rerun.py); the study's rows keep the written order."""
+    from kvcache_bench.study.config_files import sort_setting_keys
+
+    def config(generator, kwargs):
+        return {"models": {"zeta": {"path": "z", "dtype": "bf16"}, "alpha": {"dtype": "bf16", "path": "a"}},
+                "datasets": {"synthetic": {"synthetic": generator, "tasks": ["t2", "t1"]}, "another": {"tasks": ["t"]}},
+                "method_kwargs": {"snapkv": kwargs}, "seed": 1}
+
+    one = sort_setting_keys(config({"n_documents": 6, "min_words": 256}, {"window_size": 8, "kernel_size": 5}))
+    two = sort_setting_keys(config({"min_words": 256, "n_documents": 6}, {"kernel_size": 5, "window_size": 8}))
+    assert repr(one) == repr(two)
+    assert list(one["models"]) == ["zeta", "alpha"] and list(one["datasets"]) == ["synthetic", "another"]
+    assert one["datasets"]["synthetic"]["tasks"] == ["t2", "t1"]
+
+
 def test_a_window_longer_than_the_shortest_prompt_is_refused_with_both_numbers():
     from kvcache_bench.study.press_values import prompt_length_problem
 
