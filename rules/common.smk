@@ -31,13 +31,16 @@ from kvcache_bench.study.config_checks import (
     remote_code_warning,
 )
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
-from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems
+from kvcache_bench.study.config_files import sort_setting_keys
+from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems, record_this_path
 from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
     study.apply_schema_defaults(config, yaml.safe_load(handle))
 expand_home_in_paths(config)
+# Params hold config values, compared by their repr: one key order, whatever order a config file writes.
+sort_setting_keys(config)
 
 # Inputs that would silently change the measurement are refused here, before any job (dry runs too).
 check_study_config(config, os.getcwd())
@@ -225,8 +228,8 @@ def expected_generation_settings(cell):
 
 
 def refuse_another_studys_outputs():
-    """Files another directory's run wrote into results/ under other settings, and a run of another directory
-    writing results/ now, are refused before any job (study.shared_results)."""
+    """Files another directory's run wrote into results/ under other settings are refused at parse, before any
+    job (study.shared_results)."""
     if not workflow.is_main_process:
         return
     expected = {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
@@ -234,15 +237,25 @@ def refuse_another_studys_outputs():
         cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
     )
     problems = foreign_output_problems(expected)
-    runs_jobs = workflow.executor_plugin is not None and not workflow.dryrun  # not a dry run, --lint or --list
-    if not problems and runs_jobs and (held := claim_results_dir()):
-        problems = [held]
     if problems:
         raise StudyConfigError("results/ holds another study's files:\n" + "\n".join(f"  - {p}" for p in problems))
 
 
+def claim_results_before_any_job():
+    """A run that runs jobs (Snakemake calls onstart then only: not for a dry run, --lint or --list) takes
+    results/, refused while a live run of another directory holds it, and adds its path to this directory's
+    (study.shared_results): moved or copied with .snakemake/, the directory still knows its files as its own."""
+    if held := claim_results_dir():
+        raise StudyConfigError(held)
+    record_this_path()
+
+
 announce_before_any_job()
 refuse_another_studys_outputs()
+
+
+onstart:
+    claim_results_before_any_job()
 
 
 # ----------------------------------------------------------------------------- probes (rules/probes.smk)

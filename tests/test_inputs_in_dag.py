@@ -7,6 +7,7 @@ function the job calls (tests/test_loaded_and_measured.py: checkpoints and asked
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -122,6 +123,23 @@ def test_config_on_the_command_line_alone_keeps_config_yaml(workdir):
     assert "rule generate:" in output  # the real study's cells, from config.yaml
 
 
+def test_key_order_is_no_setting_but_the_studys_models_and_datasets_keep_theirs():
+    """Two configs that differ only in the order they write keys give the same params (Snakemake compares their
+    repr: another order would rerun every cell, tests/test_rerun.py); the study's rows keep the written order."""
+    from kvcache_bench.study.config_files import sort_setting_keys
+
+    def config(generator, kwargs):
+        return {"models": {"zeta": {"path": "z", "dtype": "bf16"}, "alpha": {"dtype": "bf16", "path": "a"}},
+                "datasets": {"synthetic": {"synthetic": generator, "tasks": ["t2", "t1"]}, "another": {"tasks": ["t"]}},
+                "method_kwargs": {"snapkv": kwargs}, "seed": 1}
+
+    one = sort_setting_keys(config({"n_documents": 6, "min_words": 256}, {"window_size": 8, "kernel_size": 5}))
+    two = sort_setting_keys(config({"min_words": 256, "n_documents": 6}, {"kernel_size": 5, "window_size": 8}))
+    assert repr(one) == repr(two)
+    assert list(one["models"]) == ["zeta", "alpha"] and list(one["datasets"]) == ["synthetic", "another"]
+    assert one["datasets"]["synthetic"]["tasks"] == ["t2", "t1"]
+
+
 def test_a_window_longer_than_the_shortest_prompt_is_refused_with_both_numbers():
     from kvcache_bench.study.press_values import prompt_length_problem
 
@@ -214,6 +232,25 @@ def test_another_directorys_file_made_under_other_settings_is_refused_naming_key
     assert "rm results/p/a.jsonl results/p/a.jsonl.manifest.json" in problem
 
 
+def test_a_directory_moved_with_its_records_still_owns_what_it_made_there(tmp_path, monkeypatch):
+    from kvcache_bench.study.shared_results import foreign_output_problems, record_this_path
+
+    made, expected = "results/tables/summary.csv", {"cells": ["a", "b"]}  # the table a second config asks for
+    first = tmp_path / "study"
+    first.mkdir()
+    record_this_path(first)  # the run that made its files there
+    _manifest_from(first / made, str(first), cells=["a", "b", "c"])
+    moved = tmp_path / "study-moved"
+    first.rename(moved)
+    monkeypatch.chdir(moved)
+    assert foreign_output_problems({made: expected}, moved) == []  # Snakemake's records came along: they rerun it
+    clone = tmp_path / "clone"  # the same results/, records of its own
+    shutil.copytree(moved / "results", clone / "results")
+    monkeypatch.chdir(clone)
+    [problem] = foreign_output_problems({made: expected}, clone)
+    assert problem.startswith(f"{made} was made by the run in {first} under other settings (")
+
+
 def test_another_studys_predictions_in_results_stop_the_dry_run(workdir):
     config = small_config(workdir)
     cell = f"results/predictions/{CELL}/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl"
@@ -246,6 +283,25 @@ def test_a_second_run_of_another_directory_on_the_same_results_is_refused(tmp_pa
     (results / RUN_CLAIM).write_text(json.dumps({"host": __import__("socket").gethostname(), "pid": int(dead), "workdir": "/elsewhere/clone-b"}))
     assert claim_results_dir(results, tmp_path) is None  # the killed run's claim is taken over
     assert json.loads((results / RUN_CLAIM).read_text())["pid"] == os.getpid()
+
+
+def test_a_run_is_refused_before_any_job_while_another_directorys_run_writes_results(workdir):
+    """The claim is taken when jobs start (onstart): Snakemake parses the workflow before it knows whether it runs any."""
+    import os
+    import socket
+
+    from kvcache_bench.study.shared_results import RUN_CLAIM
+
+    claim = workdir / "results" / RUN_CLAIM
+    claim.parent.mkdir(parents=True, exist_ok=True)
+    claim.write_text(json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "workdir": "/elsewhere/clone-b"}))
+    try:
+        run, output = run_with(workdir, small_config(workdir), "--cores", "1", "results/data/synthetic/synthetic_qa.jsonl")
+        made = (workdir / "results/data/synthetic/synthetic_qa.jsonl").exists()
+    finally:
+        shutil.rmtree(workdir / "results")
+    assert run.returncode != 0 and not made
+    assert f"results/ is being written by another run (pid {os.getpid()} on {socket.gethostname()}, from /elsewhere/clone-b)" in output
 
 
 # ------------------------------------------------------------------------------------------ one real run

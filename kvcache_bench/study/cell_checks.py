@@ -102,10 +102,10 @@ def measured_problems(
     changes_slots = [what for what in ("removes_tokens", "masks_slots") if measured.get(what)]
     if changes_slots and batch_size > 1:
         share = measured.get("padded_row_pad_share")
-        measured_share = f" (measured: {share:.0%} of the padded row's kept slots were pads)" if share is not None else ""
+        measured_share = f"; measured: {share:.0%} of the padded row's kept slots were pads" if share is not None else ""
         problems.append(
             f"{method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {batch_size}: "
-            f"left padding would be scored alongside the prompt{measured_share}. Use batch size 1."
+            f"left padding would be scored alongside the prompt (the padding collapse{measured_share}). Use batch size 1."
         )
     if measured.get("masks_slots") and decode_batch_size > 1:
         problems.append(

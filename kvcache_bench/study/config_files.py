@@ -4,6 +4,7 @@ Snakemake reads config files with a YAML loader that keeps the last of two equal
 twice drops the first list without a word. The files are read again here with a loader that refuses that,
 naming key and lines. And with `replace-workflow-config` (profiles/default), `--config seed=7` without a
 `--configfile` would replace the whole of config.yaml by `{seed: 7}`: it is applied on top of config.yaml.
+And the order keys are written in is not a setting: the config reaches the rules with its keys in one order.
 """
 
 from __future__ import annotations
@@ -67,3 +68,33 @@ def keep_workflow_config(config: dict, workflow, default_file: str = "config.yam
     config.clear()
     config.update(merged)
     return f"--config {' '.join(sorted(overrides))} applied on top of {default_file} (the rest of {default_file} kept)"
+
+
+# The maps whose order is the study's: its cells, tables and figures follow the order these are written in.
+STUDY_ORDER_MAPS = ("models", "datasets", "custom_methods")
+
+
+def _keys_sorted(value):
+    if isinstance(value, dict):
+        return {key: _keys_sorted(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list):
+        return [_keys_sorted(item) for item in value]
+    return value
+
+
+def sort_setting_keys(config: dict) -> dict:
+    """Every mapping of the config with its keys sorted, in place, except the order of the study's models,
+    datasets and custom methods (their settings are sorted too). Snakemake compares a job's params by their
+    ``repr``, in which a dict's key order shows: the same settings written in another order, in another config
+    file or with a default filled in where the other file wrote the key, would rerun every job that takes them
+    (a synthetic dataset's generator, and so every cell of the study)."""
+    canonical = {}
+    for key in sorted(config, key=str):
+        value = config[key]
+        if key in STUDY_ORDER_MAPS and isinstance(value, dict):
+            canonical[key] = {name: _keys_sorted(settings) for name, settings in value.items()}
+        else:
+            canonical[key] = _keys_sorted(value)
+    config.clear()
+    config.update(canonical)
+    return config

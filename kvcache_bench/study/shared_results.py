@@ -5,7 +5,8 @@ Snakemake judges an output by its own records in this working directory's .snake
 say it is up to date, and its table would show the other study's numbers ("Nothing to be done"). Every
 manifest names the working directory that made it; a file made from another directory under settings other
 than this config's is refused at parse, naming the keys. And while one run writes results/, a run from
-another directory is refused (``claim_results_dir``).
+another directory is refused (``claim_results_dir``). A working directory moved or copied with its .snakemake/
+brings its records along: what it made at its earlier paths is its own (``EARLIER_PATHS``).
 """
 
 from __future__ import annotations
@@ -16,14 +17,33 @@ import os
 import socket
 from pathlib import Path
 
+from kvcache_bench.io import write_json_atomic
 from kvcache_bench.manifest import settings_differences
 
 RUN_CLAIM = ".kvcache-bench-run.json"
+# Beside Snakemake's records, which travel with it: every path this working directory has run jobs from.
+EARLIER_PATHS = ".snakemake/kvcache-bench-workdirs.json"
+
+
+def earlier_paths(workdir: str | os.PathLike = ".") -> list[str]:
+    """The paths this working directory ran jobs from before it was moved or copied (with .snakemake/)."""
+    try:
+        paths = json.loads(Path(workdir, EARLIER_PATHS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    return [str(path) for path in paths] if isinstance(paths, list) else []
+
+
+def record_this_path(workdir: str | os.PathLike = ".") -> None:
+    """Add where this run makes its files to the directory's earlier paths (a run that executes jobs, not a dry run)."""
+    here, paths = os.path.realpath(workdir), earlier_paths(workdir)
+    if here not in paths:
+        write_json_atomic(Path(workdir, EARLIER_PATHS), [*paths, here])
 
 
 def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".") -> list[str]:
     """Outputs whose manifest says another working directory made them, under settings this config does not ask."""
-    here = os.path.realpath(workdir)
+    ours = {os.path.realpath(workdir), *earlier_paths(workdir)}
     problems = []
     for output, expected in expected_by_output.items():
         manifest_path = Path(f"{output}.manifest.json")
@@ -32,8 +52,8 @@ def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | 
         except (OSError, ValueError):
             continue  # no manifest (yet): the job that reads the file refuses it
         made_in = manifest.get("workdir")
-        if not made_in or os.path.realpath(made_in) == here:
-            continue  # made here: Snakemake's own records rerun it when this config's settings changed
+        if not made_in or os.path.realpath(made_in) in ours:
+            continue  # made here (or here before a move): Snakemake's own records rerun it when this config's settings changed
         differences = settings_differences(manifest.get("params") or {}, expected)
         if differences:
             problems.append(
