@@ -85,6 +85,11 @@ def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
     table = doctor_table(paths)
     assert f"{len(running)} of {len(METHODS)} methods run offline here" in table
     assert "needs data: QFilterPress.q_filters" in table  # a hub press says what to provide
+    import yaml
+    from conftest import REPO
+
+    all_methods = yaml.safe_load((REPO / "config/demo-all-methods.yaml").read_text())["methods"]
+    assert all_methods == running  # the all-methods demo runs exactly what runs offline, in the catalogue's order
 
 
 def test_a_press_that_leaves_a_cache_longer_than_its_prompt_is_refused_from_its_measurement():
