@@ -252,7 +252,7 @@ def _draw_line(ax, line: pd.DataFrame, y: str, low: str, high: str, label: str, 
     ax.fill_between(x, line[low], line[high], color=style["color"], alpha=band_alpha, linewidth=0)
 
 
-def _family_grid(blocks: list[list], title: str | None, panel_height: float = 4.2):
+def _family_grid(blocks: list[list], panel_height: float = 4.2):
     """A figure with one row of panels (wrapped at PANEL_COLUMNS) per block; [[ax per item]] and the figure."""
     n_cols = min(PANEL_COLUMNS, max(len(items) for items in blocks))
     rows_of = [math.ceil(len(items) / n_cols) for items in blocks]
@@ -265,8 +265,6 @@ def _family_grid(blocks: list[list], title: str | None, panel_height: float = 4.
             ax.set_visible(False)
         placed.append(cells[: len(items)])
         row += rows
-    if title:
-        figure.suptitle(title)
     return figure, placed
 
 
@@ -279,7 +277,7 @@ def _quality_by_family(frame, groups, modes, methods, title, band_alpha):
     blocks = [(group, mode) for group in groups for mode in modes]
     panels = {block: panels_of([m for m in methods if m in set(_panel_rows(frame, *block[0], block[1])["method"])])
               for block in blocks}
-    figure, placed = _family_grid([panels[block] or [None] for block in blocks], title)
+    figure, placed = _family_grid([panels[block] or [None] for block in blocks])
     for block, axes in zip(blocks, placed):
         (dataset, task, model), mode = block
         rows = _panel_rows(frame, dataset, task, model, mode)
@@ -291,7 +289,15 @@ def _quality_by_family(frame, groups, modes, methods, title, band_alpha):
                 ax.set_ylabel("")
             _family_legend(ax, title="whiskers or shading: 95% bootstrap CI" if k == 0 else None, title_fontsize=7)
     figure.tight_layout()
-    return with_flagged_caption(figure, frame)
+    return with_flagged_caption(title_above(figure, title), frame)
+
+
+def title_above(figure, title: str | None):
+    """The figure's title above its laid-out panels, at any height (``suptitle``'s default place, 2% of the
+    figure's height from its top, falls inside the first row of a tall grid); the saved file holds it."""
+    if title:
+        figure.suptitle(title, y=1.0, va="bottom")
+    return figure
 
 
 def with_flagged_caption(figure, summary: pd.DataFrame):
@@ -357,10 +363,8 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
             ax.set_aspect("equal")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6, loc="lower right")
-    if title:
-        figure.suptitle(title)
     figure.tight_layout()
-    return figure
+    return title_above(figure, title)
 
 
 def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
@@ -465,7 +469,7 @@ def _question_change_by_family(frame, costs, groups, methods, title, band_alpha)
     """Many methods: per family part, each method's paired cost of another question (aware - other) against
     the cache kept, in its own colour; each method's scores per mode are quality_vs_retention's panels."""
     panels = {group: panels_of([m for m in methods if m in set(_panel_rows(costs, *group)["method"])]) for group in groups}
-    figure, placed = _family_grid([panels[group] for group in groups], title, panel_height=4.0)
+    figure, placed = _family_grid([panels[group] for group in groups], panel_height=4.0)
     for group, axes in zip(groups, placed):
         dataset, task, model = group
         rows = _panel_rows(costs, dataset, task, model)
@@ -486,4 +490,4 @@ def _question_change_by_family(frame, costs, groups, methods, title, band_alpha)
                 ax.set_ylabel("question-aware - other-question (x100)\npaired, 95% CI")
             _family_legend(ax, title="whiskers or shading: 95% paired bootstrap CI" if k == 0 else None, title_fontsize=7)
     figure.tight_layout()
-    return with_flagged_caption(figure, frame)
+    return with_flagged_caption(title_above(figure, title), frame)
