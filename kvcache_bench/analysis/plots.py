@@ -31,7 +31,8 @@ from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
 # Okabe & Ito (2008), without black, which is kept for the full cache, then Paul Tol's wine and indigo.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
 # A family's second ten: Paul Tol's muted scheme (without its pale grey), his dark brown and medium blue.
-TOL_MUTED = ["#CC6677", "#117733", "#88CCEE", "#DDCC77", "#AA4499", "#44AA99", "#999933", "#EE8866", "#661100", "#6699CC"]
+# Ordered so that the demo's eight (token scorers of both parts) are eight clearly different colours.
+TOL_MUTED = ["#CC6677", "#117733", "#EE8866", "#DDCC77", "#AA4499", "#44AA99", "#999933", "#88CCEE", "#661100", "#6699CC"]
 PALETTES = (OKABE_ITO + ["#882255", "#332288"], TOL_MUTED)
 METHOD_COLOURS = PALETTES[0] + PALETTES[1]
 PART_SIZE = 10  # methods per family part (one panel): each of one palette's ten colours once
