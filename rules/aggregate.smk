@@ -33,3 +33,26 @@ rule aggregate:
         n_resamples=config["analysis"]["bootstrap_resamples"],
     script:
         "../scripts/aggregate.py"
+
+
+# The methods ranked at each retention, from the summary: what a figure of forty methods cannot say.
+rule ranking:
+    input:
+        summary=rules.aggregate.output.summary,
+    output:
+        ranking=report(
+            "results/tables/ranking.md",
+            caption="../report/ranking_table.rst",
+            category="Tables",
+        ),
+        manifest="results/tables/ranking.md.manifest.json",
+    log:
+        "logs/ranking.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("ranking.py"),
+        small_n=config["analysis"]["small_n"],
+    script:
+        "../scripts/ranking.py"

@@ -97,7 +97,7 @@ def all_generate_benchmarks():
     return [f"benchmarks/generate/{CELL_PATTERN.format(**cell)}.tsv" for cell in STUDY_CELLS]
 
 
-TABLES = ["summary.csv", "summary.md", "per_example.csv"]
+TABLES = ["summary.csv", "summary.md", "per_example.csv", "ranking.md"]
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
 # the cost of a changed question needs the mode the press saw it in and the mode it did not
 if {"question_aware", "other_question"} <= set(config["question_modes"]):

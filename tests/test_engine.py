@@ -140,3 +140,16 @@ def test_samsum_style_minimum_forbids_stopping_at_the_first_token(model, context
     assert stopped.token_ids == [first]
     forced = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, {first}, min_new_tokens=1)
     assert forced.token_ids[0] != first
+
+
+def test_a_cell_answers_alike_whatever_masking_cell_ran_before_it_on_the_model(context, questions):
+    """A model worker runs cell after cell on one model. A per-head press (KVCompose unstructured) leaves its key
+    masks on the attention modules; KVCompose prefills in eager attention, which never clears them, so the next
+    cell decoded through the last cell's masks (an IndexError on a shorter prompt; wrong keys hidden otherwise)."""
+    fresh = tiny_llama(vocab_size=256, seed=0)  # not the module's model: this test leaves masks on it
+    prompt = PromptTokens(context[:60], questions[0])
+    alone = generate_one(fresh, prompt, build_press("kvcompose", 0.5), QuestionMode.QUESTION_AWARE, 6, set())
+    generate_one(fresh, PromptTokens(context, questions[1]), build_press("kvcompose_unstructured", 0.5),
+                 QuestionMode.QUESTION_AWARE, 6, set())
+    after = generate_one(fresh, prompt, build_press("kvcompose", 0.5), QuestionMode.QUESTION_AWARE, 6, set())
+    assert after.token_ids == alone.token_ids and after.kept_tokens == alone.kept_tokens

@@ -185,3 +185,87 @@ def test_question_change_figure_has_a_score_and_a_difference_panel_per_method():
     assert len(bottoms) == 2
     difference = next(line for line in bottoms[0].get_lines() if line.get_marker() == "o")  # not the zero line
     assert list(difference.get_ydata()) == pytest.approx([100 / 3, 100 / 3], abs=0.01)
+
+
+MANY = ["snapkv", "knorm", "tova", "streaming_llm", "adakv_snapkv", "kvzip", "chunkkv", "think", "merging_knorm", "cur",
+        "critical_snapkv", "keydiff", "pyramidkv", "random", "observed_attention", "lagkv"]  # 16: more than one panel holds
+
+
+def many_methods_summary(methods=MANY, retentions=(0.5, 0.25, 0.1)):
+    rows = [summary_row("full_cache", 1.0, 50.0)]
+    for k, method in enumerate(methods):
+        rows += [summary_row(method, r, 10 + 2 * k + 40 * r, diff=-5.0) for r in retentions]
+    return pd.DataFrame(rows)
+
+
+def drawn_colours(figure) -> dict[str, tuple]:
+    """Each labelled method's colour as drawn, over every panel of the figure."""
+    colours = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                colours.setdefault(line.get_label().split(" (n ")[0], to_rgb(line.get_color()))
+    return colours
+
+
+def test_many_methods_draw_one_panel_per_family_part_each_with_the_full_cache():
+    from kvcache_bench.methods.registry import METHODS
+
+    figure = quality_vs_retention(many_methods_summary(), title="t")
+    panels = [ax for ax in figure.axes if ax.get_visible()]
+    families = [ax.get_title().split("\n")[0] for ax in panels]
+    assert families == ["per-head budget", "chunk/block", "token scorer (1 of 2)", "token scorer (2 of 2)", "key channels", "merging"]
+    label_to_method = {METHODS[m].label: m for m in MANY}
+    seen = []
+    for ax, family in zip(panels, families):
+        labels = legend_texts(ax)
+        assert labels[0] == "Full cache (100% kept)"  # every panel keeps the reference
+        members = [label_to_method[label] for label in labels[1:]]
+        assert {METHODS[m].family for m in members} == {family.split(" (")[0]} and len(members) <= 10
+        colours = [to_rgb(line.get_color()) for line in ax.get_lines() if line.get_label() in labels[1:]]
+        assert len(set(colours)) == len(colours)  # within a panel, no two methods share a colour
+        seen += members
+    assert sorted(seen) == sorted(MANY)  # each method drawn once
+
+
+def test_a_methods_colour_is_the_same_in_every_figure_and_every_study():
+    few = drawn_colours(quality_vs_retention(many_methods_summary(["snapkv", "knorm", "adakv_snapkv"])))
+    many = drawn_colours(quality_vs_retention(many_methods_summary()))
+    assert len(many) == len(MANY) + 1
+    for label in ("SnapKV", "Knorm", "AdaKV (SnapKV)", "Full cache (100% kept)"):
+        assert few[label] == many[label], label
+    from kvcache_bench.analysis.plots import question_change
+
+    modes = ("question_aware", "other_question")
+    summary = pd.DataFrame([summary_row(m, r, 40.0, mode=mode) for m in MANY for r in (0.5, 0.25) for mode in modes])
+    per_example = pd.DataFrame([row for m in MANY for r in (0.5, 0.25) for mode in modes
+                                for row in per_example_rows(m, r, mode, [1, 0, 1] if mode == "question_aware" else [0, 0, 1])])
+    changed = drawn_colours(question_change(summary, per_example, n_resamples=200))
+    assert {label: changed[label] for label in ("SnapKV", "Knorm", "AdaKV (SnapKV)")} == {
+        label: many[label] for label in ("SnapKV", "Knorm", "AdaKV (SnapKV)")}
+
+
+def test_every_family_part_of_the_catalogue_has_distinct_colours():
+    from kvcache_bench.analysis.plots import COMPRESSED_METHODS, method_panel
+
+    parts = {}
+    for method in COMPRESSED_METHODS:
+        parts.setdefault(method_panel(method), []).append(method_style(method)["color"])
+    assert all(len(set(colours)) == len(colours) <= 10 for colours in parts.values()), parts
+
+
+def test_many_methods_question_change_draws_each_methods_paired_cost_in_its_family_panel():
+    from kvcache_bench.analysis.plots import question_change
+
+    modes = ("question_aware", "other_question")
+    summary = pd.DataFrame([summary_row(m, 0.25, 40.0, mode=mode) for m in MANY for mode in modes])
+    per_example = pd.DataFrame([row for m in MANY for mode in modes
+                                for row in per_example_rows(m, 0.25, mode, [1, 1, 1] if mode == "question_aware" else [0, 1, 1])])
+    figure = question_change(summary, per_example, n_resamples=200)
+    panels = [ax for ax in figure.axes if ax.get_visible()]
+    assert panels[0].get_title().startswith("per-head budget\n")
+    snap_panel = next(ax for ax in panels if "SnapKV (n 3)" in legend_texts(ax))
+    (snap,) = [bars for bars in snap_panel.containers if bars.get_label() == "SnapKV (n 3)"]  # one retention: a point, its whiskers
+    assert list(snap.lines[0].get_ydata()) == pytest.approx([100 / 3], abs=0.01)
+    assert to_rgb(snap.lines[0].get_color()) == to_rgb(method_style("snapkv")["color"])
+    assert snap_panel.get_xlabel().endswith("points dodged")  # several methods at one x are moved apart

@@ -85,3 +85,21 @@ def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
     table = doctor_table(paths)
     assert f"{len(running)} of {len(METHODS)} methods run offline here" in table
     assert "needs data: QFilterPress.q_filters" in table  # a hub press says what to provide
+    import yaml
+    from conftest import REPO
+
+    all_methods = yaml.safe_load((REPO / "config/demo-all-methods.yaml").read_text())["methods"]
+    assert all_methods == running  # the all-methods demo runs exactly what runs offline, in the catalogue's order
+
+
+def test_a_press_that_leaves_a_cache_longer_than_its_prompt_is_refused_from_its_measurement():
+    """KVCompose prefills the context twice into one cache; the structured press keeps the first copy's chosen
+    slots, the unstructured one masks the first copy and leaves the second whole: its cells would attend to the
+    whole context at any retention."""
+    unstructured = measure("kvcompose_unstructured")
+    assert unstructured["cache_growth"] == 2.0 and unstructured["masks_slots"]
+    cell = Cell("d", "qasper", "m", "kvcompose_unstructured", "question_aware", 0.25, 1)
+    assert any("2x as long as the prompt" in p for p in problems_with(cell, measured=unstructured))
+    structured = measure("kvcompose")
+    assert structured["cache_growth"] < 1 and structured["removes_tokens"]
+    assert problems_with(Cell("d", "qasper", "m", "kvcompose", "question_aware", 0.25, 1), measured=structured) == []

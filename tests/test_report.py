@@ -14,7 +14,7 @@ from conftest import copy_workflow, run_snakemake
 from matplotlib.image import imread
 
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
-TABLES = ["summary.csv", "per_example.csv"]
+TABLES = ["summary.csv", "per_example.csv", "ranking.md"]
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

@@ -104,7 +104,7 @@ def test_a_metric_edit_plans_the_scores_and_what_reads_them_and_nothing_upstream
     _append_code(finished_demo / "kvcache_bench/analysis/metrics.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert jobs["score"] == 78
-    assert set(jobs) == {"score", "aggregate", "all"} | FIGURE_RULES
+    assert set(jobs) == {"score", "aggregate", "ranking", "all"} | FIGURE_RULES
 
 
 def test_a_plotting_edit_plans_only_the_figures(finished_demo):

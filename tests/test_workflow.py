@@ -112,3 +112,22 @@ def test_models_load_without_remote_code_and_token_never_written(demo_run):
     for path in [*demo_run.joinpath("results").rglob("*"), *demo_run.joinpath("logs").rglob("*"), *demo_run.joinpath(".snakemake/log").rglob("*")]:
         if path.is_file():
             assert FAKE_HF_TOKEN not in path.read_bytes().decode(errors="ignore"), path
+
+
+def test_the_all_methods_demo_plans_every_method_that_runs_offline(workflow_copy):
+    """config/demo-all-methods.yaml: every built-in method but those its comment leaves out, each for a reason the
+    check gives (hub data, compressing while decoding, failing in kvpress, a cache longer than its prompt)."""
+    from kvcache_bench.methods.catalogue import DECODING
+    from kvcache_bench.methods.registry import METHODS
+
+    config = yaml.safe_load((workflow_copy / "config/demo-all-methods.yaml").read_text())
+    refused_as_measured = {"finch": "fails without a delimiter token", "kvcompose_unstructured": "a cache twice its prompt"}
+    offline = [name for name, spec in METHODS.items()
+               if spec.hub_data is None and spec.family != DECODING and name not in refused_as_measured]
+    assert config["methods"] == offline and len(offline) >= 35
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/demo-all-methods.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "refused target" not in result.stderr
+    jobs = planned_jobs(result.stdout)
+    assert jobs["generate"] == jobs["score"] == jobs["check_config"] == jobs["check_method"] == len(offline)
+    assert jobs["ranking"] == 1 and jobs["figure_quality_vs_retention"] == 1

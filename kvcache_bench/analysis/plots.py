@@ -1,12 +1,18 @@
 """Figures from the study's tables. Each figure is its own function, rule, script and file.
 
-Every method keeps one colour and marker in every figure (Okabe-Ito palette: distinguishable with the
-common colour-vision deficiencies, and markers so the lines survive greyscale). Full cache is black.
-Incomplete cells (fewer examples than asked for) are never drawn.
+Every method keeps one colour and marker in every figure, whatever else the study contains: its marker is
+its family's (and part of a family, ten methods a part), its colour its place among that part's methods in the
+catalogue (Okabe-Ito for a family's first ten, Paul Tol's muted colours for the next ten: distinguishable with
+the common colour-vision deficiencies, and markers so the lines survive greyscale). Full cache is black.
+A study of more than ``SMALL_MULTIPLES_ABOVE`` methods draws one panel per family part, each of at most ten
+methods of ten different colours, with the full cache in each. Incomplete cells (fewer examples than asked
+for) are never drawn.
 """
 
 from __future__ import annotations
 
+import math
+import zlib
 from pathlib import Path
 
 import matplotlib
@@ -19,28 +25,92 @@ import pandas as pd  # noqa: E402
 from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD, question_change_cost  # noqa: E402
 from kvcache_bench.analysis.measured import flagged_caption  # noqa: E402
 from kvcache_bench.io import atomic_path  # noqa: E402
+from kvcache_bench.methods.catalogue import CUSTOM  # noqa: E402
 from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
 
-# Okabe & Ito (2008), without black, which is kept for the full cache.
+# Okabe & Ito (2008), without black, which is kept for the full cache, then Paul Tol's wine and indigo.
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
-# Past Okabe-Ito's eight: Paul Tol's wine and indigo, also distinguishable with colour-vision deficiencies.
-METHOD_COLOURS = OKABE_ITO + ["#882255", "#332288"]
+# A family's second ten: Paul Tol's muted scheme (without its pale grey), his dark brown and medium blue.
+# Ordered so that the demo's eight (token scorers of both parts) are eight clearly different colours.
+TOL_MUTED = ["#CC6677", "#117733", "#EE8866", "#DDCC77", "#AA4499", "#44AA99", "#999933", "#88CCEE", "#661100", "#6699CC"]
+PALETTES = (OKABE_ITO + ["#882255", "#332288"], TOL_MUTED)
+METHOD_COLOURS = PALETTES[0] + PALETTES[1]
+PART_SIZE = 10  # methods per family part (one panel): each of one palette's ten colours once
 FULL_CACHE_COLOUR = "#000000"
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h", "*", "p"]
+# One marker per family part, in the catalogue's order of parts; custom methods take the last two.
+PART_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h", "*", "p", "<", ">", "d", "H"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "h", "*", "p"]  # retentions in the paired scatter
 RETENTION_COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9"]
 COMPRESSED_METHODS = [name for name in METHODS if name != BASELINE_METHOD]
+SMALL_MULTIPLES_ABOVE = 8  # more methods than this (full cache aside): one panel per family part
+PANEL_COLUMNS = 3
+
+
+def _catalogue_slots() -> dict[str, tuple[str, int, int]]:
+    """Each built-in method's (family, part of the family, place in the part), in the catalogue's order."""
+    slots, seen = {}, {}
+    for name in COMPRESSED_METHODS:
+        family = METHODS[name].family
+        place = seen.get(family, 0)
+        seen[family] = place + 1
+        slots[name] = (family, place // PART_SIZE, place % PART_SIZE)
+    return slots
+
+
+METHOD_SLOTS = _catalogue_slots()
+FAMILIES = list(dict.fromkeys(family for family, _, _ in METHOD_SLOTS.values())) + [CUSTOM]
+# Parts family by family (the catalogue's order of families), so a family's two panels sit together.
+PARTS = sorted(set((family, part) for family, part, _ in METHOD_SLOTS.values()), key=lambda fp: (FAMILIES.index(fp[0]), fp[1]))
+PARTS += [(CUSTOM, 0), (CUSTOM, 1)]
+
+
+def method_slot(name: str) -> tuple[str, int, int]:
+    """(family, part, place) of a method. A name the catalogue does not know (a custom method) is placed by a
+    hash of its name among the custom family's twenty styles: stable across studies, not always distinct."""
+    if name in METHOD_SLOTS:
+        return METHOD_SLOTS[name]
+    digest = zlib.crc32(name.encode())
+    return CUSTOM, (digest // PART_SIZE) % 2, digest % PART_SIZE
+
+
+def method_panel(name: str) -> tuple[str, int]:
+    """The panel a method is drawn in when a figure draws one per family part (every custom method: one panel)."""
+    family, part, _ = method_slot(name)
+    return (CUSTOM, 0) if family == CUSTOM else (family, part)
 
 
 def method_style(name: str) -> dict:
     """The same colour and marker for a method in every figure, whatever else the study contains.
 
-    Ten colours cannot tell sixty methods apart: each method's (colour, marker) pair is its own instead.
+    The marker is its family part's; the colour its place in that part (shifted per family, so that the first
+    methods of two families differ in colour too): the (colour, marker) pair is the method's own.
     """
     if name == BASELINE_METHOD:
         return {"color": FULL_CACHE_COLOUR, "marker": None}
-    index = COMPRESSED_METHODS.index(name) if name in COMPRESSED_METHODS else len(COMPRESSED_METHODS)
-    marker = MARKERS[(index // len(METHOD_COLOURS)) % len(MARKERS)]
-    return {"color": METHOD_COLOURS[index % len(METHOD_COLOURS)], "marker": marker}
+    family, part, place = method_slot(name)
+    colour = PALETTES[part % 2][(place + 3 * FAMILIES.index(family)) % PART_SIZE]
+    return {"color": colour, "marker": PART_MARKERS[PARTS.index((family, part))]}
+
+
+def methods_in_order(names) -> list[str]:
+    """Compressed methods in the catalogue's order (the order of every figure), then unknown names sorted."""
+    names = set(names) - {BASELINE_METHOD}
+    return [m for m in COMPRESSED_METHODS if m in names] + sorted(names - set(METHODS))
+
+
+def panels_of(methods: list[str]) -> list[tuple[tuple[str, int], list[str]]]:
+    """[(family part, its methods)] in the catalogue's order of parts, each part's methods in figure order."""
+    by_panel: dict[tuple[str, int], list[str]] = {}
+    for method in methods:
+        by_panel.setdefault(method_panel(method), []).append(method)
+    return [(key, by_panel[key]) for key in PARTS if key in by_panel]
+
+
+def panel_title(key: tuple[str, int], keys: list[tuple[str, int]]) -> str:
+    """A family part's name: the family, and which part when the figure has more than one of it."""
+    family, part = key
+    parts = sorted(p for f, p in keys if f == family)
+    return f"{family} ({parts.index(part) + 1} of {len(parts)})" if len(parts) > 1 else family
 
 
 def _one_decode_batch(frame: pd.DataFrame) -> pd.DataFrame:
@@ -92,46 +162,26 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
     """Score against the share of the prompt's KV cache kept, one panel per question mode.
 
     Each method is a line with its 95% bootstrap band; full cache (batch 1) is a horizontal black
-    line with its own band, because it keeps 100% and is what every method is compared with.
+    line with its own band, because it keeps 100% and is what every method is compared with. With more than
+    ``SMALL_MULTIPLES_ABOVE`` methods each question mode gets one panel per family part (``panels_of``).
     """
     frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
     if frame.empty:
         return _empty_figure("No complete batch-1 cells to plot.", title)
     groups = sorted(frame.groupby(["dataset", "task", "model"]).groups)
     modes = sorted(frame["question_mode"].unique())
+    methods = methods_in_order(frame["method"])
+    if len(methods) > SMALL_MULTIPLES_ABOVE:
+        return _quality_by_family(frame, groups, modes, methods, title, band_alpha)
     figure, axes = plt.subplots(
         len(groups), len(modes), figsize=(5.8 * len(modes), 4.4 * len(groups)), squeeze=False, sharey="row"
     )
     for r, (dataset, task, model) in enumerate(groups):
         for c, mode in enumerate(modes):
+            panel = _panel_rows(frame, dataset, task, model, mode)
             ax = axes[r][c]
-            panel = frame[
-                (frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
-                & (frame["question_mode"] == mode)
-            ]
-            full = panel[panel["method"] == BASELINE_METHOD]
-            if not full.empty:
-                base = full.iloc[0]
-                ax.axhline(base["score"], color=FULL_CACHE_COLOUR, linestyle="--", linewidth=1.4,
-                           label=f"{method_label(BASELINE_METHOD)} (100% kept)")
-                ax.axhspan(base["ci_low"], base["ci_high"], color=FULL_CACHE_COLOUR, alpha=0.08, linewidth=0)
-            for method in [m for m in COMPRESSED_METHODS if m in set(panel["method"])] + sorted(
-                set(panel["method"]) - set(METHODS)
-            ):
-                line = panel[panel["method"] == method].sort_values("retention")
-                style = method_style(method)
-                x = line["retention"] * 100
-                ax.plot(x, line["score"], label=method_label(method), linewidth=1.6, markersize=5, **style)
-                ax.fill_between(x, line["ci_low"], line["ci_high"], color=style["color"], alpha=band_alpha, linewidth=0)
-            metric = panel["metric"].iloc[0] if not panel.empty else "score"
-            n_values = sorted(set(panel["n"]))
-            n_text = f"n = {n_values[0]}" if len(n_values) == 1 else f"n = {n_values[0]}-{n_values[-1]}"
-            ax.set_title(f"{model} · {dataset}/{task} · {_mode_label(mode)} · {n_text}", fontsize=9)
-            ax.set_xlabel("KV cache kept (% of prompt tokens)")
-            ax.set_ylabel(_metric_axis_label(task, metric))
-            ax.set_xlim(0, 105)
-            ax.set_ylim(-2, 102)  # the metric's whole range: a gap is shown at its true size
-            ax.grid(alpha=0.3)
+            _draw_quality(ax, panel, methods, band_alpha)
+            ax.set_title(f"{model} · {dataset}/{task} · {_mode_label(mode)} · {_n_text(panel)}", fontsize=9)
             ax.legend(fontsize=7, loc="best", title="shaded: 95% bootstrap CI", title_fontsize=7)
     if title:
         figure.suptitle(title)
@@ -139,13 +189,124 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
     return with_flagged_caption(figure, frame)
 
 
+def _panel_rows(frame: pd.DataFrame, dataset: str, task: str, model: str, mode: str | None = None) -> pd.DataFrame:
+    selected = (frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
+    if mode is not None:
+        selected &= frame["question_mode"] == mode
+    return frame[selected]
+
+
+def _n_text(panel: pd.DataFrame) -> str:
+    n_values = sorted(set(panel["n"]))
+    return f"n = {n_values[0]}" if len(n_values) == 1 else f"n = {n_values[0]}-{n_values[-1]}"
+
+
+def _draw_quality(ax, panel: pd.DataFrame, methods: list[str], band_alpha: float) -> None:
+    """The full cache's line and band, then each of ``methods`` the panel holds, with its band."""
+    full = panel[panel["method"] == BASELINE_METHOD]
+    if not full.empty:
+        base = full.iloc[0]
+        ax.axhline(base["score"], color=FULL_CACHE_COLOUR, linestyle="--", linewidth=1.4,
+                   label=f"{method_label(BASELINE_METHOD)} (100% kept)")
+        ax.axhspan(base["ci_low"], base["ci_high"], color=FULL_CACHE_COLOUR, alpha=0.08, linewidth=0)
+    drawn = [m for m in methods if m in set(panel["method"])]
+    lines = {m: panel[panel["method"] == m].sort_values("retention") for m in drawn}
+    offsets = point_offsets(lines)
+    for method, line in lines.items():
+        _draw_line(ax, line, "score", "ci_low", "ci_high", method_label(method), method_style(method), band_alpha,
+                   offsets.get(method, 0.0))
+    metric = panel["metric"].iloc[0] if not panel.empty else "score"
+    task = panel["task"].iloc[0] if not panel.empty else ""
+    ax.set_xlabel("KV cache kept (% of prompt tokens)" + (", points dodged" if any(offsets.values()) else ""))
+    ax.set_ylabel(_metric_axis_label(task, metric))
+    ax.set_xlim(0, 105)
+    ax.set_ylim(-2, 102)  # the metric's whole range: a gap is shown at its true size
+    ax.grid(alpha=0.3)
+
+
+DODGE = 1.2  # percentage points of x between methods measured at one retention only, drawn at the same x
+
+
+def point_offsets(lines: dict[str, pd.DataFrame]) -> dict[str, float]:
+    """x offsets for the methods drawn as one point (one retention), so that points sharing an x and their
+    intervals do not hide each other; a method with a line is drawn where it was measured."""
+    offsets, by_x = {}, {}
+    for method, line in lines.items():
+        if len(line) == 1:
+            by_x.setdefault(float(line["retention"].iloc[0]), []).append(method)
+    for at_x in by_x.values():
+        if len(at_x) > 1:
+            offsets.update({m: (i - (len(at_x) - 1) / 2) * DODGE for i, m in enumerate(at_x)})
+    return offsets
+
+
+def _draw_line(ax, line: pd.DataFrame, y: str, low: str, high: str, label: str, style: dict, band_alpha: float,
+               offset: float = 0.0) -> None:
+    """A method's line with its interval as a band, or, measured at one retention, its point with an error bar."""
+    x = (line["retention"] * 100 + offset).to_numpy()
+    if len(line) == 1:
+        errors = np.vstack([(line[y] - line[low]).to_numpy(), (line[high] - line[y]).to_numpy()])
+        ax.errorbar(x, line[y].to_numpy(), yerr=errors, label=label, linestyle="none", markersize=5, capsize=2.5,
+                    elinewidth=1.0, **style)
+        return
+    ax.plot(x, line[y], label=label, linewidth=1.6, markersize=5, **style)
+    ax.fill_between(x, line[low], line[high], color=style["color"], alpha=band_alpha, linewidth=0)
+
+
+def _family_grid(blocks: list[list], panel_height: float = 4.2):
+    """A figure with one row of panels (wrapped at PANEL_COLUMNS) per block; [[ax per item]] and the figure."""
+    n_cols = min(PANEL_COLUMNS, max(len(items) for items in blocks))
+    rows_of = [math.ceil(len(items) / n_cols) for items in blocks]
+    figure, axes = plt.subplots(sum(rows_of), n_cols, figsize=(5.2 * n_cols, panel_height * sum(rows_of)),
+                                squeeze=False, sharey=True)
+    placed, row = [], 0
+    for items, rows in zip(blocks, rows_of):
+        cells = [axes[row + k // n_cols][k % n_cols] for k in range(rows * n_cols)]
+        for ax in cells[len(items):]:
+            ax.set_visible(False)
+        placed.append(cells[: len(items)])
+        row += rows
+    return figure, placed
+
+
+def _family_legend(ax, **options) -> None:
+    """Under the panel, in two columns: a panel's ten lines stay readable and the data uncovered."""
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.24), ncol=2, frameon=False, **options)
+
+
+def _quality_by_family(frame, groups, modes, methods, title, band_alpha):
+    blocks = [(group, mode) for group in groups for mode in modes]
+    panels = {block: panels_of([m for m in methods if m in set(_panel_rows(frame, *block[0], block[1])["method"])])
+              for block in blocks}
+    figure, placed = _family_grid([panels[block] or [None] for block in blocks])
+    for block, axes in zip(blocks, placed):
+        (dataset, task, model), mode = block
+        rows = _panel_rows(frame, dataset, task, model, mode)
+        keys = [key for key, _ in panels[block]]
+        for k, (ax, (key, members)) in enumerate(zip(axes, panels[block])):
+            _draw_quality(ax, rows[rows["method"].isin([BASELINE_METHOD, *members])], members, band_alpha)
+            ax.set_title(f"{panel_title(key, keys)}\n{model} · {dataset}/{task} · {_mode_label(mode)} · {_n_text(rows)}", fontsize=9)
+            if k % PANEL_COLUMNS:
+                ax.set_ylabel("")
+            _family_legend(ax, title="whiskers or shading: 95% bootstrap CI" if k == 0 else None, title_fontsize=7)
+    figure.tight_layout()
+    return with_flagged_caption(title_above(figure, title), frame)
+
+
+def title_above(figure, title: str | None):
+    """The figure's title above its laid-out panels, at any height (``suptitle``'s default place, 2% of the
+    figure's height from its top, falls inside the first row of a tall grid); the saved file holds it."""
+    if title:
+        figure.suptitle(title, y=1.0, va="bottom")
+    return figure
+
+
 def with_flagged_caption(figure, summary: pd.DataFrame):
     """The cells the figure draws that were measured other than they asked, named under it."""
     caption = flagged_caption(summary)
     if caption:
-        lines = caption.count("\n") + 1
-        figure.subplots_adjust(bottom=min(0.5, 0.06 + 0.035 * lines))
-        figure.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", color="firebrick")
+        # under the laid-out figure (the saved file's tight bounding box grows to hold it), whatever its height
+        figure.text(0.01, 0.0, caption, fontsize=7, ha="left", va="top", color="firebrick")
     return figure
 
 
@@ -203,10 +364,8 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
             ax.set_aspect("equal")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=6, loc="lower right")
-    if title:
-        figure.suptitle(title)
     figure.tight_layout()
-    return figure
+    return title_above(figure, title)
 
 
 def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
@@ -271,7 +430,9 @@ def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str
     if frame.empty or costs.empty:
         return _empty_figure("No method ran both question_aware and other_question.", title)
     groups = sorted(costs.groupby(["dataset", "task", "model"]).groups)
-    methods = [m for m in COMPRESSED_METHODS if m in set(costs["method"])] + sorted(set(costs["method"]) - set(METHODS))
+    methods = methods_in_order(costs["method"])
+    if len(methods) > SMALL_MULTIPLES_ABOVE:
+        return _question_change_by_family(frame, costs, groups, methods, title, band_alpha)
     figure, axes = plt.subplots(2 * len(groups), len(methods), figsize=(3.4 * len(methods), 6.0 * len(groups)),
                                 squeeze=False, sharex=True, gridspec_kw={"height_ratios": [3, 2] * len(groups)})
     for g, (dataset, task, model) in enumerate(groups):
@@ -303,3 +464,31 @@ def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str
         figure.suptitle(title)
     figure.tight_layout()
     return with_flagged_caption(figure, frame)
+
+
+def _question_change_by_family(frame, costs, groups, methods, title, band_alpha):
+    """Many methods: per family part, each method's paired cost of another question (aware - other) against
+    the cache kept, in its own colour; each method's scores per mode are quality_vs_retention's panels."""
+    panels = {group: panels_of([m for m in methods if m in set(_panel_rows(costs, *group)["method"])]) for group in groups}
+    figure, placed = _family_grid([panels[group] for group in groups], panel_height=4.0)
+    for group, axes in zip(groups, placed):
+        dataset, task, model = group
+        rows = _panel_rows(costs, dataset, task, model)
+        keys = [key for key, _ in panels[group]]
+        for k, (ax, (key, members)) in enumerate(zip(axes, panels[group])):
+            ax.axhline(0, color="#777777", linewidth=0.8)
+            lines = {m: rows[rows["method"] == m].sort_values("retention") for m in members}
+            offsets = point_offsets(lines)
+            for method, cost in lines.items():
+                _draw_line(ax, cost, "diff", "diff_ci_low", "diff_ci_high", f"{method_label(method)} (n {cost['n_paired'].min()})",
+                           method_style(method), band_alpha, offsets.get(method, 0.0))
+            ax.set_title(f"{panel_title(key, keys)}\n{model} · {dataset}/{task}", fontsize=9)
+            ax.set_xlabel("KV cache kept (% of prompt tokens)" + (", points dodged" if any(offsets.values()) else ""))
+            ax.set_xlim(0, 105)
+            ax.set_ylim(-102, 102)
+            ax.grid(alpha=0.3)
+            if k % PANEL_COLUMNS == 0:
+                ax.set_ylabel("question-aware - other-question (x100)\npaired, 95% CI")
+            _family_legend(ax, title="whiskers or shading: 95% paired bootstrap CI" if k == 0 else None, title_fontsize=7)
+    figure.tight_layout()
+    return with_flagged_caption(title_above(figure, title), frame)

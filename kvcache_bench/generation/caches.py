@@ -60,3 +60,15 @@ def kv_bytes_per_token(model, kv_cache_bits: int | None = None) -> float:
     values_per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim
     element_bytes = kv_cache_bits / 8 if kv_cache_bits else next(model.parameters()).element_size()
     return values_per_token * element_bytes
+
+
+def clear_key_masks(model) -> None:
+    """Forget the per-head key masks a press left on the attention modules (kvpress's ``masked_key_indices``).
+
+    kvpress's patched attention clears them when a prefill passes through it, but a press that prefills in
+    eager attention (KVCompose) never does: in a model worker, which runs cell after cell on one model, the
+    last masking cell's masks would hide keys of the next cell's cache (or index past its end).
+    """
+    for module in model.modules():
+        if getattr(module, "masked_key_indices", None) is not None:
+            module.masked_key_indices = None

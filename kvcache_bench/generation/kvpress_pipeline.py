@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from kvcache_bench.generation.caches import mean_cache_length
+from kvcache_bench.generation.caches import clear_key_masks, mean_cache_length
 from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.prompts import split_prompt
@@ -76,6 +76,7 @@ def run_cell_on_kvpress_pipeline(
     def answer(row) -> tuple[str, object, float]:
         context, question = pipeline_inputs(task, row, question_mode)
         cache = make_cache()
+        clear_key_masks(model)  # a worker's earlier cell may have left them; a fresh process has none
         synchronize(device)
         started = time.perf_counter()
         output = pipe(

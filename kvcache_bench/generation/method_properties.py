@@ -6,6 +6,8 @@ own press is judged exactly like a built-in one; nothing here reads a declared f
 - ``removes_tokens``: the cache is shorter after the press than the prompt.
 - ``masks_slots``: the cache keeps its length but kvpress's attention patch will hide slots
   (``masked_key_indices`` on the attention modules): no memory is saved.
+- ``cache_growth``: the cache's length after the press over the prompt's (above 1: the press left slots the
+  prompt never had; KVCompose unstructured keeps its second prefill's whole, unmasked copy of the context).
 - ``prunes_channels``: key channels that were not zero are zero after the press (ThinK): no memory saved.
 - ``compresses_while_decoding``: with the press active while decoding, the cache grows by less than one
   slot per token (budgets such as ``target_size`` shrunk to this probe's scale, see ``DECODE_PROBE``).
@@ -158,7 +160,7 @@ def measure(method: str, method_kwargs: dict | None = None, custom_methods: dict
     spec = get_method(method, custom_methods)
     retention = PROBE_RETENTION if spec.takes_retention else FULL_RETENTION
     facts = {"method": method, "label": spec.label, "family": spec.family, "origin": spec.origin, "retention": retention}
-    facts.update(removes_tokens=False, masks_slots=False, prunes_channels=False, compresses_while_decoding=False,
+    facts.update(removes_tokens=False, masks_slots=False, cache_growth=1.0, prunes_channels=False, compresses_while_decoding=False,
                  reads_question=False, needs_hub_data=None, padded_row_pad_share=None, padded_batch_error=None,
                  status="ok", error=None)
     if spec.kv_cache_bits is not None or spec.construction is None:
@@ -189,6 +191,7 @@ def _measure_into(facts: dict, fresh_press, attention: str) -> None:
     cache, masked = _prefill(model, prompt, fresh_press())
     facts["removes_tokens"] = cache.get_seq_length() < PROMPT_TOKENS
     facts["masks_slots"] = any(m is not None and len(m[0]) > 0 for m in masked)
+    facts["cache_growth"] = round(cache.get_seq_length() / PROMPT_TOKENS, 4)
     facts["prunes_channels"] = _zero_channels(cache) > _zero_channels(full)
     facts["compresses_while_decoding"] = _shrinks_during_a_decode_step(model, prompt, fresh_press())
 

@@ -11,14 +11,24 @@ import time
 
 import torch
 
-from kvcache_bench.generation.caches import CacheCheckpoint, cache_lengths, default_cache, mean_cache_length
+from kvcache_bench.generation.caches import (
+    CacheCheckpoint,
+    cache_lengths,
+    clear_key_masks,
+    default_cache,
+    mean_cache_length,
+)
 from kvcache_bench.generation.loading import synchronize
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 
 def press_context(press, model):
-    return press(model) if press is not None else contextlib.nullcontext()
+    """The press's context manager on ``model``, over a model holding no earlier compression's key masks."""
+    if press is None:
+        return contextlib.nullcontext()
+    clear_key_masks(model)
+    return press(model)
 
 
 def prefill(model, cache, token_ids: list[int], press=None, start_position: int = 0):

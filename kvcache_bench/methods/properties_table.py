@@ -15,6 +15,8 @@ def verdict(properties: dict) -> str:
         return f"needs data: {properties['needs_hub_data']}"
     if properties.get("status") == "fails":
         return f"fails: {properties.get('error')}"
+    if properties.get("cache_growth", 1.0) > 1.0:
+        return f"refused: leaves a cache {properties['cache_growth']:g}x the prompt (an uncompressed copy of it)"
     if properties.get("compresses_while_decoding"):
         return "refused: compresses while decoding (this engine decodes without the press's hooks)"
     return "runs"

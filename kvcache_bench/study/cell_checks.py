@@ -99,6 +99,12 @@ def measured_problems(
         problems.append(f"{method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}")
     elif measured.get("status") == "fails":
         problems.append(f"{method} fails on a tiny model: {measured.get('error')}")
+    if measured.get("cache_growth", 1.0) > 1.0:
+        problems.append(
+            f"{method} leaves a cache {measured['cache_growth']:g}x as long as the prompt it compressed (measured on a tiny "
+            "model): no mask hides the slots past the prompt's own (KVCompose unstructured keeps its second pass's whole "
+            "copy of the context), so its cells would not measure the compression they ask for"
+        )
     changes_slots = [what for what in ("removes_tokens", "masks_slots") if measured.get(what)]
     if changes_slots and batch_size > 1:
         share = measured.get("padded_row_pad_share")
