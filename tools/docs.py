@@ -4,6 +4,7 @@
     python tools/docs.py modules   # the import table of docs/modules.md, from kvcache_bench/ and scripts/
     python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
     python tools/docs.py method-families   # README's one row per family, from the same catalogue
+    python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
 """
 
 from __future__ import annotations
@@ -124,6 +125,32 @@ def method_family_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+def parity_table() -> str:
+    """docs/parity.md's list: how each built-in method is checked against kvpress (kvcache_bench/methods/parity.py)."""
+    sys.path.insert(0, str(REPO))
+    from kvcache_bench.methods import parity
+
+    plan = parity.parity_plan()
+    headings = {
+        parity.PIPELINE: "greedy ids equal kvpress's pipeline",
+        parity.HOOKS: "greedy ids equal the press applied through kvpress's hooks (its pipeline fails)",
+        parity.REFUSED: "refused by this engine before generation (the refusal is tested)",
+        parity.HUB: "not run: needs hub data",
+    }
+    lines = ["| checked | methods |", "|---|---|"]
+    for how, heading in headings.items():
+        names = [f"`{name}`" for name, (checked, _) in plan.items() if checked == how]
+        lines.append(f"| {heading} ({len(names)}) | {', '.join(names)} |")
+    lines += ["", "Question-agnostic too: " + ", ".join(f"`{name}`" for name in parity.question_agnostic_methods()) + "."]
+    lines += ["", "Why:"]
+    reasons: dict[str, list[str]] = {}
+    for name, (how, why) in plan.items():
+        if how in (parity.HOOKS, parity.REFUSED):
+            reasons.setdefault(why, []).append(f"`{name}`")
+    lines += [f"- {', '.join(names)}: {why}." for why, names in reasons.items()]
+    return "\n".join(lines) + "\n"
+
+
 def replace_block(text: str, what: str, block: str) -> str:
     begin, end = BEGIN.format(what=what), END.format(what=what)
     head, _, rest = text.partition(begin + "\n")
@@ -136,6 +163,7 @@ TARGETS = {
     "modules": ("docs/modules.md", module_map),
     "methods": ("docs/methods.md", method_table),
     "method-families": ("README.md", method_family_table),
+    "parity": ("docs/parity.md", parity_table),
 }
 
 if __name__ == "__main__":
