@@ -141,3 +141,17 @@ def llama3_tokenizer(llama3_tokenizer_dir):
     from kvcache_bench.generation.loading import load_tokenizer
 
     return load_tokenizer(llama3_tokenizer_dir)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Torch on one intra-op thread for a module (``pytestmark = pytest.mark.usefixtures("one_torch_thread")``).
+
+    On a shared 2-core runner two threads time-slice against other work: measured there, two SmolLM2 prefills of
+    260 tokens took 2.5 s on one thread, 3.7 to 10.7 s on two; a 64-wide model gains nothing from them."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

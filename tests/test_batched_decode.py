@@ -27,13 +27,7 @@ _models: dict[str, torch.nn.Module] = {}
 BATCHABLE_METHODS = ["full_cache", "h2o", "knorm", "plain_expected_attention", "pyramidkv", "random", "snapkv", "streaming_llm", "tova"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # A 64-wide model gains nothing from intra-op threads; on a shared 2-core runner they triple the time.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def demo_shaped_llama(attn_implementation: str):

@@ -36,14 +36,7 @@ def haystack(sentences: int, needle_at: int) -> str:
     return "Some special magic words are hidden within the following text.\n" + "".join(parts).rstrip() + "\n"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # On a shared 2-core runner two intra-op threads time-slice against other work: measured there, two SmolLM2
-    # prefills of 260 tokens took 2.5 s on one thread, 3.7 to 10.7 s on two. Both sides compute under the same.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,6 @@ from test_kvpress_parity import (  # noqa: F401
     haystack,
     kvpress_answer_ids,
     kvpress_pipeline,
-    one_thread,
     smollm2,
 )
 
@@ -50,6 +49,8 @@ from kvcache_bench.methods.registry import (
 from kvcache_bench.study.cell_checks import Cell, problems_with
 from kvcache_bench.study.prompts import build_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 NEW_TOKENS = 6
 RETENTION = 0.5

@@ -30,12 +30,7 @@ RETENTION = 0.3
 KWARGS = {"snapkv": {"window_size": 4}, "pyramidkv": {"window_size": 4}}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
