@@ -292,8 +292,11 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
             print(json.dumps(entry), flush=True)
             window = _ProgressWindow()
         elapsed = time.perf_counter() - started
-        if time_budget_s and recent_step_s:
-            _fit_decay_to_budget(schedule, settings, done, elapsed, time_budget_s, recent_step_s)
+        if time_budget_s:
+            # Before the first logged window, the mean over the run so far (set-up included: a step time too
+            # long, so the decay starts early rather than never).
+            step_s = recent_step_s or elapsed / max(1, done - first_step)
+            _fit_decay_to_budget(schedule, settings, done, elapsed, time_budget_s, step_s)
         over_time = time_budget_s is not None and elapsed > 1.05 * time_budget_s
         if done % settings.checkpoint_every == 0 or over_time:
             save(done)
