@@ -267,7 +267,7 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         _save_weights(model, out)
         _write_log(out, record)
 
-    window, recent_step_s, done = _ProgressWindow(), None, first_step
+    window, recent_step_s, done, after_first_step = _ProgressWindow(), None, first_step, 0.0
     for batch in loader:
         step = batch["step"]
         learning_rate = schedule.at(step)
@@ -292,10 +292,11 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
             print(json.dumps(entry), flush=True)
             window = _ProgressWindow()
         elapsed = time.perf_counter() - started
-        if time_budget_s:
-            # Before the first logged window, the mean over the run so far (set-up included: a step time too
-            # long, so the decay starts early rather than never).
-            step_s = recent_step_s or elapsed / max(1, done - first_step)
+        if done == first_step + 1:
+            after_first_step = elapsed  # set-up and the first step's own warm-up are not a step's time
+        # Before the first logged window, the mean step time since the first step
+        step_s = recent_step_s or ((elapsed - after_first_step) / (done - first_step - 1) if done - first_step > 1 else None)
+        if time_budget_s and step_s:
             _fit_decay_to_budget(schedule, settings, done, elapsed, time_budget_s, step_s)
         over_time = time_budget_s is not None and elapsed > 1.05 * time_budget_s
         if done % settings.checkpoint_every == 0 or over_time:
