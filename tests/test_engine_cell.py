@@ -155,3 +155,15 @@ def test_a_decoding_press_compresses_while_decoding_and_its_records_say_what_the
 def test_a_decoding_budget_the_prompts_never_outgrow_is_refused_naming_its_kwarg(rows, demo_model):
     with pytest.raises(ValueError, match="method_kwargs.decoding_knorm.target_size is 100000"):
         decoding_cell(rows[:1], demo_model, "question_aware", method_kwargs={**DECODING_BUDGET, "target_size": 100_000})
+
+
+def test_kvpress_pipeline_engine_records_a_decoding_press_as_compressed_while_decoding(rows, demo_model):
+    """The head-to-head engine: its cells of a decoding press are not flagged against retention 1.0 either."""
+    from kvcache_bench.generation.kvpress_pipeline import run_cell_on_kvpress_pipeline
+
+    settings = ModelSettings(path=demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
+    # question-agnostic: the demo tokenizer has no chat template, so question-aware leaves the pipeline no question to run
+    common = dict(task="synthetic_qa", model_settings=settings, retention=1.0, batch_size=1, question_mode="question_agnostic", max_new_tokens=4, seed=0)
+    records = list(run_cell_on_kvpress_pipeline(rows[:1], method="decoding_knorm", method_kwargs=DECODING_BUDGET, **common))
+    assert records[0]["compressed_while_decoding"] and records[0]["kept_tokens"] == 32 < records[0]["pressed_tokens"]
+    assert not next(run_cell_on_kvpress_pipeline(rows[:1], method="snapkv", **{**common, "retention": 0.5}))["compressed_while_decoding"]
