@@ -148,6 +148,7 @@ def test_a_decoding_press_compresses_while_decoding_and_its_records_say_what_the
         assert record["pressed_tokens"] == record["prompt_tokens"] + record["generated_tokens"] - 1
         assert record["kept_tokens"] == 32 < record["pressed_tokens"]  # compressed to target_size while decoding
         assert record["effective_retention"] == pytest.approx(32 / record["pressed_tokens"])
+        assert record["kept_context_slots"] is None  # the cache after decoding holds question and answer too: not traced
     assert all(r["decode_fallback"] is None for r in alone)
     assert all(r["decode_fallback"] == WHILE_DECODING_FALLBACK and r["effective_decode_batch_size"] == 1 for r in asked_together)
 

@@ -204,7 +204,7 @@ class CellGenerator:
 def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
     """One prediction record: the example, what was generated from how much cache, and the cell's setting."""
     context_slots = generation.kept_context_slots
-    if context_slots is None and setting["question_mode"] != QuestionMode.QUESTION_AWARE:
+    if context_slots is None and setting["question_mode"] != QuestionMode.QUESTION_AWARE and not setting.get("compressed_while_decoding"):
         context_slots = generation.kept_tokens  # the press saw the context alone (or, without a press, kept it whole)
     return {
         "id": row["_id"],
