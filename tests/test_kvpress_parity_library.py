@@ -264,3 +264,20 @@ def test_greedy_ids_equal_kvpress_pipeline_with_the_press_active_while_decoding(
     removed = ours.kept_tokens == cache[0].get_seq_length() == DECODING_BUDGET["target_size"] < through
     assert removed or any(hidden_slots(model)), "the press compressed nothing while decoding"
     assert ours.token_ids == theirs, (tokenizer.decode(ours.token_ids), tokenizer.decode(theirs))
+
+
+def test_a_prefill_decoding_press_compresses_the_prompt_and_while_decoding_as_kvpress_pipeline(smollm2, kvpress_pipeline):  # noqa: F811
+    """kvpress's PrefillDecodingPress (a wrapper, used through custom_methods): the press over the context's prefill
+    too, read from its class as the pipeline reads it; ids equal, the prompt compressed and then the decoding."""
+    from kvpress import DecodingPress, KnormPress, PrefillDecodingPress, SnapKVPress
+    from transformers import DynamicCache
+
+    def press():
+        decoding = DecodingPress(KnormPress(), **{**DECODING_BUDGET, "target_size": 100})
+        return PrefillDecodingPress(prefilling_press=SnapKVPress(0.5, window_size=8), decoding_press=decoding)
+
+    model, tokenizer = smollm2
+    prompt = build_prompt_tokens(tokenizer, "niah_single_1", CONTEXT, QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
+    theirs, _ = kvpress_answer_ids(kvpress_pipeline, CONTEXT, QUESTION, press(), DECODING_NEW_TOKENS, DynamicCache())
+    ours = generate_one_pressing_while_decoding(model, prompt, press(), AGNOSTIC, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer))
+    assert ours.kept_tokens == 100 < ours.pressed_tokens and ours.token_ids == theirs, tokenizer.decode(ours.token_ids)
