@@ -36,6 +36,7 @@ rule check_config:
     params:
         code=package_code("check_config.py"),
         custom_methods=custom_methods_needed,
+        max_new_tokens=max_new_tokens,
     script:
         "../scripts/check_config.py"
 

@@ -11,5 +11,6 @@ job = current_job(globals())
 with logging_to(job):
     p = settings_of(job)
     cell = Cell(p.dataset, p.task, p.model, p.method, p.question_mode, p.retention, p.batch_size, p.decode_batch_size)
-    check_cell(cell, p.custom_methods, measured=json.loads(Path(job.input.properties).read_text()))
+    properties = json.loads(Path(job.input.properties).read_text())
+    check_cell(cell, p.custom_methods, measured=properties, max_new_tokens=p.max_new_tokens)
     write_json_atomic(job.output.ok, {"target": cell.target, "status": "ok", "params": params_of(job)})

@@ -120,3 +120,51 @@ def test_same_question_is_other_question_with_this_question_in_view(rows, demo_m
     assert [r["kept_context_slots"] for r in same] == [r["kept_context_slots"] for r in other]
     snapkv_same = cell(rows, demo_model, "same_question")
     assert all(r["pressed_tokens"] == r["prompt_tokens"] - 1 and r["kept_context_slots"] < r["kept_tokens"] for r in snapkv_same)
+
+
+DECODING_BUDGET = {"compression_interval": 2, "target_size": 32, "hidden_states_buffer_size": 4}
+
+
+def decoding_cell(rows, model_path, mode, decode_batch_size=1, method_kwargs=DECODING_BUDGET):
+    return list(
+        run_cell(
+            rows, task="synthetic_qa", model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=2048),
+            method="decoding_knorm", retention=1.0, batch_size=1, question_mode=mode, max_new_tokens=4, seed=0,
+            method_kwargs=method_kwargs, progress=False, decode_batch_size=decode_batch_size,
+        )
+    )
+
+
+@pytest.mark.parametrize("mode", ["question_aware", "question_agnostic"])
+def test_a_decoding_press_compresses_while_decoding_and_its_records_say_what_the_cache_held(rows, demo_model, mode):
+    from kvcache_bench.generation.cell_runner import WHILE_DECODING_FALLBACK
+
+    alone = decoding_cell(rows[:2], demo_model, mode)
+    asked_together = decoding_cell(rows[:2], demo_model, mode, decode_batch_size=2)
+    assert [r["prediction"] for r in asked_together] == [r["prediction"] for r in alone]
+    for record in alone + asked_together:
+        assert record["compressed_while_decoding"] and record["decode_steps"] == "eager"
+        # every token through the cache: the whole prompt and the answer but its last token
+        assert record["pressed_tokens"] == record["prompt_tokens"] + record["generated_tokens"] - 1
+        assert record["kept_tokens"] == 32 < record["pressed_tokens"]  # compressed to target_size while decoding
+        assert record["effective_retention"] == pytest.approx(32 / record["pressed_tokens"])
+        assert record["kept_context_slots"] is None  # the cache after decoding holds question and answer too: not traced
+    assert all(r["decode_fallback"] is None for r in alone)
+    assert all(r["decode_fallback"] == WHILE_DECODING_FALLBACK and r["effective_decode_batch_size"] == 1 for r in asked_together)
+
+
+def test_a_decoding_budget_the_prompts_never_outgrow_is_refused_naming_its_kwarg(rows, demo_model):
+    with pytest.raises(ValueError, match="method_kwargs.decoding_knorm.target_size is 100000"):
+        decoding_cell(rows[:1], demo_model, "question_aware", method_kwargs={**DECODING_BUDGET, "target_size": 100_000})
+
+
+def test_kvpress_pipeline_engine_records_a_decoding_press_as_compressed_while_decoding(rows, demo_model):
+    """The head-to-head engine: its cells of a decoding press are not flagged against retention 1.0 either."""
+    from kvcache_bench.generation.kvpress_pipeline import run_cell_on_kvpress_pipeline
+
+    settings = ModelSettings(path=demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
+    # question-agnostic: the demo tokenizer has no chat template, so question-aware leaves the pipeline no question to run
+    common = dict(task="synthetic_qa", model_settings=settings, retention=1.0, batch_size=1, question_mode="question_agnostic", max_new_tokens=4, seed=0)
+    records = list(run_cell_on_kvpress_pipeline(rows[:1], method="decoding_knorm", method_kwargs=DECODING_BUDGET, **common))
+    assert records[0]["compressed_while_decoding"] and records[0]["kept_tokens"] == 32 < records[0]["pressed_tokens"]
+    assert not next(run_cell_on_kvpress_pipeline(rows[:1], method="snapkv", **{**common, "retention": 0.5}))["compressed_while_decoding"]

@@ -5,7 +5,8 @@ method with a press and no hub data, the full cache and the quantised caches, at
 takes no retention at its ``BUDGET_KWARGS``), question-aware, 6 new tokens, on a haystack of ~260 tokens.
 Where kvpress's pipeline itself fails (``PIPELINE_FAILS``) the reference is the press applied by hand through
 kvpress's own hooks, and the test asserts that the pipeline still fails; where this engine refuses a method
-(decoding-time presses, Finch) the test asserts the refusal.
+(Finch, and the two decoding-time presses that fail in kvpress itself) the test asserts the refusal. Decoding-time
+presses are compared at ``DECODING_BUDGET``, 12 new tokens, with the press active over question and decoding.
 
 Question-agnostic for ``question_agnostic_methods()`` only, the first method of each family: that path is the
 same engine code for every press, and all of them would double this module's time.
@@ -26,15 +27,18 @@ from test_kvpress_parity import (  # noqa: F401
 from kvcache_bench.generation.loading import load_model, stop_token_ids
 from kvcache_bench.generation.method_properties import measure
 from kvcache_bench.generation.prefill import pressed_and_trailing
-from kvcache_bench.generation.single_decode import generate_one
+from kvcache_bench.generation.single_decode import generate_one, generate_one_pressing_while_decoding
 from kvcache_bench.methods.catalogue import DECODING
 from kvcache_bench.methods.parity import (
     BUDGET_KWARGS,
+    DECODING_BUDGET,
+    DECODING_FAILS,
     ENGINE_REFUSES,
     HOOKS,
     PIPELINE,
     PIPELINE_ERROR,
     REFUSED,
+    WHILE_DECODING,
     methods_checked,
     question_agnostic_methods,
 )
@@ -53,6 +57,7 @@ from kvcache_bench.study.question_modes import QuestionMode
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 NEW_TOKENS = 6
+DECODING_NEW_TOKENS = 12  # DECODING_BUDGET compresses every 2 passes: most of the answer reads a compressed cache
 RETENTION = 0.5
 CONTEXT = haystack(8, needle_at=3)
 AWARE, AGNOSTIC = QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC
@@ -230,8 +235,49 @@ def test_a_method_the_engine_cannot_run_is_refused_before_generation(method):
     cell = Cell("haystack", "niah_single_1", "smollm2", method, "question_aware", RETENTION if spec.takes_retention else FULL_RETENTION, 1)
     refusals = " ".join(problems_with(cell, measured=properties))
     assert not runs_offline(properties)
-    if spec.family == DECODING:
-        assert "compresses while decoding" in refusals or "fails on a tiny model" in refusals, refusals
-    else:
-        measured_error, _ = ENGINE_REFUSES[method]
-        assert measured_error in refusals, refusals
+    measured_error, _ = DECODING_FAILS[method] if spec.family == DECODING else ENGINE_REFUSES[method]
+    assert measured_error in refusals, refusals
+
+
+@pytest.mark.parametrize("method, mode", cases(WHILE_DECODING))
+def test_greedy_ids_equal_kvpress_pipeline_with_the_press_active_while_decoding(models, smollm2, method, mode):  # noqa: F811
+    """kvpress's pipeline prefills the context without a DecodingPress, then runs the question and greedy decoding
+    under it; the engine's eager path does the same, at DECODING_BUDGET (compressing within the new tokens)."""
+    from transformers import DynamicCache
+
+    model, pipeline = models(attention_implementation_for(method, "sdpa"))
+    tokenizer = smollm2[1]
+    theirs, inputs = kvpress_answer_ids(pipeline, *kvpress_inputs(mode), fresh_press(method), DECODING_NEW_TOKENS, DynamicCache())
+    prompt = build_prompt_tokens(tokenizer, "niah_single_1", CONTEXT, QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
+    cache = []
+
+    def recording_cache():
+        cache.append(DynamicCache())
+        return cache[-1]
+
+    ours = generate_one_pressing_while_decoding(
+        model, prompt, fresh_press(method), mode, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer), make_cache=recording_cache
+    )
+    assert_same_tokens_pressed(inputs, prompt, mode)
+    through = prompt.length + len(ours.token_ids) - 1
+    assert ours.pressed_tokens == through and len(ours.token_ids) > DECODING_BUDGET["compression_interval"]
+    removed = ours.kept_tokens == cache[0].get_seq_length() == DECODING_BUDGET["target_size"] < through
+    assert removed or any(hidden_slots(model)), "the press compressed nothing while decoding"
+    assert ours.token_ids == theirs, (tokenizer.decode(ours.token_ids), tokenizer.decode(theirs))
+
+
+def test_a_prefill_decoding_press_compresses_the_prompt_and_while_decoding_as_kvpress_pipeline(smollm2, kvpress_pipeline):  # noqa: F811
+    """kvpress's PrefillDecodingPress (a wrapper, used through custom_methods): the press over the context's prefill
+    too, read from its class as the pipeline reads it; ids equal, the prompt compressed and then the decoding."""
+    from kvpress import DecodingPress, KnormPress, PrefillDecodingPress, SnapKVPress
+    from transformers import DynamicCache
+
+    def press():
+        decoding = DecodingPress(KnormPress(), **{**DECODING_BUDGET, "target_size": 100})
+        return PrefillDecodingPress(prefilling_press=SnapKVPress(0.5, window_size=8), decoding_press=decoding)
+
+    model, tokenizer = smollm2
+    prompt = build_prompt_tokens(tokenizer, "niah_single_1", CONTEXT, QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
+    theirs, _ = kvpress_answer_ids(kvpress_pipeline, CONTEXT, QUESTION, press(), DECODING_NEW_TOKENS, DynamicCache())
+    ours = generate_one_pressing_while_decoding(model, prompt, press(), AGNOSTIC, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer))
+    assert ours.kept_tokens == 100 < ours.pressed_tokens and ours.token_ids == theirs, tokenizer.decode(ours.token_ids)

@@ -121,3 +121,22 @@ def test_a_cell_measured_other_than_asked_is_flagged_in_table_and_markdown(tmp_p
     else:
         assert "cells were measured other than they asked" in markdown and flag in markdown
         assert flag in flagged_caption(summary)
+
+
+def test_a_press_that_compresses_while_decoding_is_not_flagged_for_keeping_less_than_the_retention_it_never_asked(tmp_path):
+    """Its cells ask retention 1.0 and a budget in tokens (target_size): keeping 64 of 300 is what they asked."""
+    from kvcache_bench.analysis.aggregate import build_summary, summary_markdown
+    from kvcache_bench.analysis.metrics import score_records
+
+    predictions = [
+        {"id": f"r{i}", "prediction": "x", "references": ["x"], "effective_retention": 64 / 300, "truncated": False,
+         "prompt_tokens": 290, "original_prompt_tokens": 290, "compressed_while_decoding": True}
+        for i in range(4)
+    ]
+    decoding = tmp_path / "decoding.jsonl"
+    decoding.write_text("".join(json.dumps(r) + "\n" for r in score_records("qasper", predictions)))
+    files = [_scores(tmp_path / "full.jsonl", 333, 333, 334, 334), str(decoding)]
+    summary = build_summary(files, [_cell("full_cache", 1.0), _cell("decoding_knorm", 1.0)], n_resamples=50)
+    row = summary[summary["method"] == "decoding_knorm"].iloc[0]
+    assert row["effective_retention"] == pytest.approx(64 / 300, abs=1e-6)  # still reported: the share the budget left
+    assert not row["retention_off"] and "measured other than they asked" not in summary_markdown(summary)

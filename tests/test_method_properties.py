@@ -103,3 +103,22 @@ def test_a_press_that_leaves_a_cache_longer_than_its_prompt_is_refused_from_its_
     structured = measure("kvcompose")
     assert structured["cache_growth"] < 1 and structured["removes_tokens"]
     assert problems_with(Cell("d", "qasper", "m", "kvcompose", "question_aware", 0.25, 1), measured=structured) == []
+
+
+def test_a_decoding_press_runs_question_aware_and_agnostic_at_batch_one_with_a_budget_its_answers_reach():
+    budget = {"compression_interval": 4, "target_size": 64, "hidden_states_buffer_size": 4}
+    shrunk, defaults = measure("decoding_knorm", budget), measure("decoding_knorm")
+
+    def refusals(mode, properties=shrunk, batch_size=1, max_new_tokens=32):
+        cell = Cell("d", "qasper", "m", "decoding_knorm", mode, 1.0, batch_size, 2)  # decode batch 2 falls back, not refused
+        return " ".join(problems_with(cell, measured=properties, max_new_tokens=max_new_tokens))
+
+    assert refusals("question_aware") == refusals("question_agnostic") == ""
+    for mode in ("other_question", "same_question"):
+        assert f"the {mode} mode compresses the context with a question and removes that question" in refusals(mode)
+    assert "Use batch size 1" in refusals("question_aware", batch_size=2)
+    # kvpress's defaults compress every 512 steps: a 32-token answer would measure the full cache under its name
+    assert "method_kwargs.decoding_knorm.compression_interval = 512" in refusals("question_aware", defaults)
+    assert "at most 32" in refusals("question_aware", defaults)
+    assert "compression_interval = 4" in refusals("question_aware", max_new_tokens=3)
+    assert refusals("question_aware", defaults, max_new_tokens=512) == ""

@@ -296,3 +296,10 @@ def test_the_plan_counts_one_load_per_model_worker_not_per_cell():
     work = 3 * 10 * (1.0 + 63 * 0.02)
     assert f"generate       3 {(work + 2 * 30) / 3600:>10.3f}" in text  # two workers, two loads
     assert "one per model worker (2:" in text
+
+
+def test_a_press_that_compresses_while_decoding_is_refused_by_the_perf_pass(tiny_model):
+    """The perf pass times a press over the prompt: a decoding-time press would be timed as the full cache."""
+    settings = perf.PerfSettings(new_tokens=3, warmup=0, repeats=1)
+    with pytest.raises(ValueError, match="decoding_knorm compresses while decoding"):
+        perf.measure_cells(tiny_model, [perf.PerfCell("tiny", "decoding_knorm", 1.0, 64, 1)], {64: context(64)}, settings, perf_hardware.FakeHardware())

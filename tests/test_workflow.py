@@ -131,3 +131,25 @@ def test_the_all_methods_demo_plans_every_method_that_runs_offline(workflow_copy
     jobs = planned_jobs(result.stdout)
     assert jobs["generate"] == jobs["score"] == jobs["check_config"] == jobs["check_method"] == len(offline)
     assert jobs["ranking"] == 1 and jobs["figure_quality_vs_retention"] == 1
+
+
+def test_a_decoding_press_runs_with_a_budget_its_answers_reach_and_is_refused_at_kvpress_defaults(workflow_copy):
+    config = write_config(
+        workflow_copy, "config/demo.yaml", "decoding.yaml", methods=["full_cache", "decoding_knorm", "decoding_tova"],
+        retentions=[0.5], question_modes=["question_aware"], decode_batch_sizes=[2],
+        method_kwargs={"decoding_knorm": {"compression_interval": 4, "target_size": 32, "hidden_states_buffer_size": 4}},
+    )
+    data = yaml.safe_load(config.read_text())
+    data["datasets"]["synthetic"]["num_examples"] = 2
+    config.write_text(yaml.safe_dump(data))
+
+    result = run_snakemake(workflow_copy, "--cores", "2", "--keep-going", "--configfile", "config/decoding.yaml")
+    assert result.returncode != 0  # decoding_tova at kvpress's compression_interval of 512
+    refused = "synthetic/synthetic_qa/canary/decoding_tova/question_aware/retention-1.00_batch-1_decode-2"
+    log = (workflow_copy / "logs/check_config" / f"{refused}.log").read_text()
+    assert "method_kwargs.decoding_tova.compression_interval = 512" in log
+    ran = workflow_copy / "results/predictions/synthetic/synthetic_qa/canary/decoding_knorm/question_aware/retention-1.00_batch-1_decode-2.jsonl"
+    records = [json.loads(line) for line in ran.read_text().splitlines()]
+    assert len(records) == 2 and all(r["compressed_while_decoding"] for r in records)
+    assert all(r["kept_tokens"] < r["pressed_tokens"] == r["prompt_tokens"] + r["generated_tokens"] - 1 for r in records)
+    assert all(r["effective_decode_batch_size"] == 1 and "compresses while decoding" in r["decode_fallback"] for r in records)

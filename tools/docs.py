@@ -134,6 +134,10 @@ def parity_table() -> str:
     headings = {
         parity.PIPELINE: "greedy ids equal kvpress's pipeline",
         parity.HOOKS: "greedy ids equal the press applied through kvpress's hooks (its pipeline fails)",
+        parity.WHILE_DECODING: (
+            "greedy ids equal kvpress's pipeline, the press active while decoding (budgets shrunk so that it compresses "
+            "within 12 new tokens: " + ", ".join(f"{k}={v}" for k, v in parity.DECODING_BUDGET.items()) + ")"
+        ),
         parity.REFUSED: "refused by this engine before generation (the refusal is tested)",
         parity.HUB: "not run: needs hub data",
     }

@@ -36,11 +36,14 @@ def measure_cell(records: list[dict], retention: float, tolerance: float = RETEN
         for r in records if r.get("prompt_tokens") is not None and r.get("original_prompt_tokens")
     )
     asked = float(retention)
+    # A press that compresses while decoding asks a budget in tokens (target_size), not a retention: its cells ask
+    # 1.0 and keep what the budget leaves of prompt and answer, which is no departure from what they asked.
+    asked_a_retention = not any(r.get("compressed_while_decoding") for r in records)
     return {
         "effective_retention": round(effective, 6) if not math.isnan(effective) else math.nan,
         "truncated_share": round(sum(truncated) / len(truncated), 4) if truncated else math.nan,
         "context_lost": round(max(0.0, lost), 4) if not math.isnan(lost) else math.nan,
-        "retention_off": bool(not math.isnan(effective) and abs(effective - asked) > tolerance * asked),
+        "retention_off": bool(asked_a_retention and not math.isnan(effective) and abs(effective - asked) > tolerance * asked),
         "context_cut": bool(not math.isnan(lost) and lost > max_context_lost),
     }
 

@@ -222,7 +222,7 @@ def task_score(per_example: list[float]) -> float:
 
 
 # What the generate job measured about each example beside its answer (kvcache_bench.analysis.measured reads them).
-MEASURED_FIELDS = ("effective_retention", "truncated", "prompt_tokens", "original_prompt_tokens")
+MEASURED_FIELDS = ("effective_retention", "truncated", "prompt_tokens", "original_prompt_tokens", "compressed_while_decoding")
 
 
 def score_records(task: str, predictions: list[dict]) -> list[dict]:

@@ -23,8 +23,10 @@ from kvcache_bench.generation.single_decode import (
     Generation,
     decode_answer,
     generate_one,
+    generate_one_pressing_while_decoding,
     generate_padded_batch,
     generate_shared_context,
+    presses_while_decoding,
 )
 from kvcache_bench.methods.registry import (
     attention_implementation_for,
@@ -34,7 +36,7 @@ from kvcache_bench.methods.registry import (
     press_construction,
 )
 from kvcache_bench.study.cell_checks import check_setting
-from kvcache_bench.study.press_values import prompt_length_problem
+from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
@@ -67,10 +69,28 @@ class Strategy(Enum):
     DECODE_MANY = "decode_many"  # each example prefilled alone, their compressed caches decoded together
     SHARED_CONTEXTS_TOGETHER = "shared_contexts_together"  # contexts compressed once, all their questions decoded together
     OTHER_QUESTION = "other_question"  # context + a question compressed once, its slots removed, questions decoded (other_question, same_question)
+    PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
 
 
-def choose_strategy(mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool) -> Strategy:
-    """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations)."""
+WHILE_DECODING_FALLBACK = (
+    "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: decoded at batch 1"
+)
+
+
+def choose_strategy(
+    mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool, press_while_decoding: bool = False
+) -> Strategy:
+    """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations).
+
+    ``press_while_decoding``: the press compresses while decoding (``presses_while_decoding``): batch 1 always,
+    question-aware or question-agnostic."""
+    if press_while_decoding:
+        if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
+            raise ValueError(
+                f"a press that compresses while decoding runs one example at a time, question_aware or question_agnostic;"
+                f" batch size {batch_size}, {mode.value} asked"
+            )
+        return Strategy.PRESS_WHILE_DECODING
     if batch_size > 1:
         return Strategy.PADDED_BATCH
     if mode.removes_the_question_it_showed:
@@ -85,7 +105,7 @@ def plan_chunks(
     strategy: Strategy, prompts: list[PromptTokens], *, batch_size: int, decode_batch_size: int, others: list[list[int]] | None = None
 ) -> list[list[int]]:
     """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk."""
-    per_chunk = {Strategy.ONE_BY_ONE: 1, Strategy.PADDED_BATCH: batch_size, Strategy.DECODE_MANY: decode_batch_size}
+    per_chunk = {Strategy.ONE_BY_ONE: 1, Strategy.PRESS_WHILE_DECODING: 1, Strategy.PADDED_BATCH: batch_size, Strategy.DECODE_MANY: decode_batch_size}
     if strategy in per_chunk:
         size = per_chunk[strategy]
         return [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
@@ -164,6 +184,14 @@ class CellGenerator:
                 return generations, DecodePath(self.decode_batch_size, 1, fallback)
             case Strategy.ONE_BY_ONE:
                 return [self._alone(prompt) for prompt in prompts], batch_one
+            case Strategy.PRESS_WHILE_DECODING:
+                generations = [
+                    generate_one_pressing_while_decoding(
+                        self.model, prompt, self.press, self.mode, self.max_new_tokens, self.stop_ids, make_cache=self.make_cache, **common
+                    )
+                    for prompt in prompts
+                ]
+                return generations, DecodePath(self.decode_batch_size, 1, WHILE_DECODING_FALLBACK if self.decode_batch_size > 1 else None)
         raise ValueError(f"no generator for strategy {self.strategy}")
 
     def _alone(self, prompt: PromptTokens) -> Generation:
@@ -176,7 +204,7 @@ class CellGenerator:
 def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
     """One prediction record: the example, what was generated from how much cache, and the cell's setting."""
     context_slots = generation.kept_context_slots
-    if context_slots is None and setting["question_mode"] != QuestionMode.QUESTION_AWARE:
+    if context_slots is None and setting["question_mode"] != QuestionMode.QUESTION_AWARE and not setting.get("compressed_while_decoding"):
         context_slots = generation.kept_tokens  # the press saw the context alone (or, without a press, kept it whole)
     return {
         "id": row["_id"],
@@ -237,7 +265,10 @@ def load_cell_generator(
     # Without a press no question is in view: the cache is the context's whichever question was asked before.
     generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode.removes_the_question_it_showed and press is None else mode
     quantised = get_method(method, custom_methods).kv_cache_bits is not None
-    strategy = choose_strategy(generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised)
+    strategy = choose_strategy(
+        generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised,
+        press_while_decoding=presses_while_decoding(press) is not None,
+    )
     log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
     return tokenizer, CellGenerator(
         model, press, cache_factory_for(method, model, method_kwargs, custom_methods), generation_mode,
@@ -326,13 +357,19 @@ def run_cell(
     others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
     if generator.press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
+    if strategy == Strategy.PRESS_WHILE_DECODING and (
+        problem := decoding_budget_problem(method, construction, max_new_tokens, [p.length for p in prompts])
+    ):
+        raise ValueError(problem)  # the check job refused what it could tell without the prompts
     chunks = plan_chunks(strategy, prompts, batch_size=batch_size, decode_batch_size=decode_batch_size, others=others)
     warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
     setting = {
         "kv_cache_bits": kv_bits,
         "max_context_tokens": model_settings.max_context_tokens,
         "warmup_seconds": warmup_seconds,
-        "decode_steps": decode_mode(model) if decode_batch_size > 1 or strategy == Strategy.OTHER_QUESTION else "eager",
+        "decode_steps": decode_mode(model) if (decode_batch_size > 1 and strategy != Strategy.PRESS_WHILE_DECODING) or strategy == Strategy.OTHER_QUESTION else "eager",
+        # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
+        "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
         "method": method,
         "retention": retention,
         "batch_size": batch_size,

@@ -21,6 +21,7 @@ import torch
 
 from kvcache_bench.generation.caches import clear_key_masks, mean_cache_length
 from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
+from kvcache_bench.generation.single_decode import presses_while_decoding
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.prompts import split_prompt
 
@@ -116,6 +117,8 @@ def run_cell_on_kvpress_pipeline(
             "effective_decode_batch_size": 1,
             "decode_fallback": None,
             "question_mode": question_mode,
+            # kept_tokens is then the cache after the answer (compressed to target_size while decoding)
+            "compressed_while_decoding": presses_while_decoding(press) is not None,
         }
 
 

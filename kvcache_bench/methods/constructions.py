@@ -181,3 +181,17 @@ def classes_in(construction: Construction) -> list[str]:
                 if isinstance(node, Construction):
                     names += classes_in(node)
     return names
+
+
+def decoding_budget(construction: dict | None) -> dict:
+    """The decoding-time budget in a press's construction (``press_construction``): its ``compression_interval``
+    and ``target_size``, from the outermost press that has them ({} for a press that compresses the prompt alone)."""
+    if not isinstance(construction, dict):
+        return {}
+    kwargs = construction.get("kwargs") or {}
+    if "compression_interval" in kwargs:
+        return {name: kwargs[name] for name in ("compression_interval", "target_size") if name in kwargs}
+    for value in kwargs.values():
+        if found := decoding_budget(value):
+            return found
+    return {}

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from kvcache_bench.methods.constructions import decoding_budget
+
+WHILE_DECODING = "runs while decoding, with its budget in method_kwargs"
 FLAGS = (("removes_tokens", "removes"), ("masks_slots", "masks"), ("prunes_channels", "channels"),
          ("compresses_while_decoding", "decoding"), ("reads_question", "question"))
 
@@ -18,12 +21,21 @@ def verdict(properties: dict) -> str:
     if properties.get("cache_growth", 1.0) > 1.0:
         return f"refused: leaves a cache {properties['cache_growth']:g}x the prompt (an uncompressed copy of it)"
     if properties.get("compresses_while_decoding"):
-        return "refused: compresses while decoding (this engine decodes without the press's hooks)"
+        budget = decoding_budget(properties.get("construction"))
+        return (
+            f"{WHILE_DECODING}: compression_interval {budget.get('compression_interval')}, target_size "
+            f"{budget.get('target_size')} (a cell is refused where the budget cannot compress within its max_new_tokens)"
+        )
     return "runs"
 
 
 def runs_offline(properties: dict) -> bool:
+    """Runs here in every cell at its settings (a decoding-time press runs only with a budget its cells reach)."""
     return verdict(properties) == "runs"
+
+
+def runs_while_decoding(properties: dict) -> bool:
+    return verdict(properties).startswith(WHILE_DECODING)
 
 
 def doctor_table(paths: list[str]) -> str:
@@ -36,8 +48,10 @@ def doctor_table(paths: list[str]) -> str:
         share_text = "-" if share is None else f"{share:.0%}"
         lines.append(f"{row['method']:<38} {row.get('family', ''):<16} {flags} {share_text:<9} {verdict(row)[:140]}\n")
     running = sum(runs_offline(row) for row in rows)
+    decoding = sum(runs_while_decoding(row) for row in rows)
     lines.append(
-        f"\n{running} of {len(rows)} methods run offline here. removes: the cache is shorter; masks: slots hidden, "
+        f"\n{running} of {len(rows)} methods run offline here, and {decoding} more while decoding with a budget in "
+        "method_kwargs (compression_interval at most the cells' max_new_tokens, target_size below their prompts). removes: the cache is shorter; masks: slots hidden, "
         "cache full size (no memory saved); channels: key channels zeroed (no memory saved); decoding: compresses "
         "while decoding; question: keeps different context slots for a different question; pad share: on a "
         "left-padded batch of 2, the share of the padded row's kept slots that are pads (random weights: an "

@@ -283,6 +283,7 @@ def measure_cells(
 
     Returns one record per measured run. ``context_ids`` maps a context length to its token ids.
     """
+    from kvcache_bench.generation.single_decode import presses_while_decoding
     from kvcache_bench.methods.registry import build_press
 
     for cell in cells:
@@ -293,6 +294,12 @@ def measure_cells(
     presses = {
         cell: build_press(cell.method, cell.retention, settings.method_kwargs.get(cell.method), seed=settings.seed) for cell in cells
     }
+    for cell, press in presses.items():
+        if presses_while_decoding(press) is not None:
+            raise ValueError(
+                f"{cell.method} compresses while decoding, and the perf pass times a press over the prompt only: it would "
+                "time the full cache under the method's name. Leave decoding-time presses out of perf.methods."
+            )
     inputs = {
         cell: torch.tensor([context_ids[cell.context_tokens]] * cell.batch_size, device=device) for cell in cells
     }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, get_method
 from kvcache_bench.study.cells import setting_slug
+from kvcache_bench.study.press_values import decoding_budget_problem
 from kvcache_bench.study.prompts import KNOWN_TASKS
 from kvcache_bench.study.question_modes import QUESTION_MODES, QuestionMode
 
@@ -40,19 +41,22 @@ class Cell:
         )
 
 
-def problems_with(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None) -> list[str]:
+def problems_with(
+    cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None
+) -> list[str]:
     """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
-    from the method's measured properties (its check job's output, ``generation.method_properties``)."""
+    from the method's measured properties (its check job's output, ``generation.method_properties``) and the
+    cell's ``max_new_tokens`` (a decoding-time budget must compress within them)."""
     return setting_problems(
         task=cell.task, method=cell.method, question_mode=cell.question_mode, retention=cell.retention,
         batch_size=cell.batch_size, decode_batch_size=cell.decode_batch_size, custom_methods=custom_methods,
-        measured=measured,
+        measured=measured, max_new_tokens=max_new_tokens,
     )
 
 
 def setting_problems(
     *, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int,
-    custom_methods: dict | None = None, measured: dict | None = None,
+    custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None,
 ) -> list[str]:
     """``problems_with`` for what a generation job runs, whatever its dataset and model are called."""
     problems = []
@@ -62,7 +66,8 @@ def setting_problems(
         return [str(error)]
     if measured is not None:
         problems += measured_problems(
-            method, measured, batch_size=batch_size, decode_batch_size=decode_batch_size, question_mode=question_mode
+            method, measured, batch_size=batch_size, decode_batch_size=decode_batch_size, question_mode=question_mode,
+            max_new_tokens=max_new_tokens,
         )
     if task not in KNOWN_TASKS:
         problems.append(f"unknown task {task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
@@ -91,7 +96,8 @@ def setting_problems(
 
 
 def measured_problems(
-    method: str, measured: dict, *, batch_size: int, decode_batch_size: int, question_mode: str = QuestionMode.QUESTION_AWARE.value
+    method: str, measured: dict, *, batch_size: int, decode_batch_size: int, question_mode: str = QuestionMode.QUESTION_AWARE.value,
+    max_new_tokens: int | None = None,
 ) -> list[str]:
     """Refusals from what the method was measured to do, so that a custom press is judged like a built-in one."""
     problems = []
@@ -124,10 +130,27 @@ def measured_problems(
             "slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or question_agnostic."
         )
     if measured.get("compresses_while_decoding"):
+        problems += while_decoding_problems(method, measured, batch_size=batch_size, question_mode=question_mode, max_new_tokens=max_new_tokens)
+    return problems
+
+
+def while_decoding_problems(method: str, measured: dict, *, batch_size: int, question_mode: str, max_new_tokens: int | None) -> list[str]:
+    """A press that compresses while decoding runs one example at a time, question-aware or question-agnostic, with a
+    budget that compresses within the cell's new tokens (decode batching falls back to batch 1, said in each record)."""
+    problems = []
+    if batch_size > 1:
         problems.append(
-            f"{method} compresses while decoding, through hooks this engine does not keep while it decodes: "
-            "its cells would measure no compression at all"
+            f"{method} compresses while decoding, and kvpress's hooks keep one sequence's step counts and hidden states: "
+            f"batch size {batch_size} cannot be decoded under it. Use batch size 1."
         )
+    if question_mode in QUESTION_MODES and QuestionMode(question_mode).removes_the_question_it_showed:
+        problems.append(
+            f"{method} compresses while decoding, after the prompt is in the cache: the {question_mode} mode compresses "
+            "the context with a question and removes that question before answering, which such a press never does "
+            "(it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
+        )
+    if max_new_tokens is not None and (problem := decoding_budget_problem(method, measured.get("construction"), max_new_tokens)):
+        problems.append(problem)
     return problems
 
 
@@ -136,8 +159,8 @@ def problems_of(fields: dict, custom_methods: dict | None = None) -> list[str]:
     return problems_with(Cell(**fields), custom_methods)
 
 
-def check_cell(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None) -> None:
-    _refuse(cell.target, problems_with(cell, custom_methods, measured))
+def check_cell(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None) -> None:
+    _refuse(cell.target, problems_with(cell, custom_methods, measured, max_new_tokens))
 
 
 def check_setting(

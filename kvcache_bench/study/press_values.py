@@ -7,6 +7,8 @@ signature check's (kvcache_bench.methods); this module judges only the values, s
 
 from __future__ import annotations
 
+from kvcache_bench.methods.constructions import decoding_budget
+
 # kvpress 0.5.5's numeric press fields (their dataclass annotations) and the least value each accepts.
 INTEGER_KWARGS = {"window_size": 1, "kernel_size": 1, "n_sink": 0, "n_future_positions": 1, "beta": 1}
 BOOLEAN_KWARGS = {"use_covariance", "use_vnorm"}
@@ -55,4 +57,30 @@ def prompt_length_problem(method: str, kwargs: dict, pressed_lengths: list[int])
                 f"tokens (of {len(pressed_lengths)}; longest {max(pressed_lengths)}): kvpress needs every prompt longer "
                 f"than the {name}. Lower {name} below {shortest}."
             )
+    return None
+
+
+def decoding_budget_problem(method: str, construction: dict | None, max_new_tokens: int, prompt_lengths: list[int] | None = None) -> str | None:
+    """A decoding-time budget that cannot compress within ``max_new_tokens`` new tokens, named as the config sets it.
+
+    kvpress's DecodingPress compresses a layer when ``compression_interval`` forward passes under the press have run
+    (the question's and then one per new token but the last: ``max_new_tokens`` in all), down to ``target_size``
+    tokens. With an interval above max_new_tokens it never compresses; with a target_size at least the longest prompt
+    plus its answer (``prompt_lengths``, where known) there is never anything to remove. Either way the cell would
+    measure the full cache under the method's name."""
+    budget = decoding_budget(construction)
+    interval, target = budget.get("compression_interval"), budget.get("target_size")
+    if _is_number(interval) and interval > max_new_tokens:
+        return (
+            f"{method} compresses every method_kwargs.{method}.compression_interval = {interval} decoding steps, but its "
+            f"cells generate at most {max_new_tokens} tokens: it would never compress, and the cell would measure the full "
+            f"cache. Set method_kwargs.{method}.compression_interval to at most {max_new_tokens} and target_size below "
+            "the prompts' length (kvpress's defaults, 512 and 2048, are for answers of thousands of tokens)."
+        )
+    if prompt_lengths and _is_number(target) and target >= max(prompt_lengths) + max_new_tokens:
+        return (
+            f"method_kwargs.{method}.target_size is {target}, but the longest prompt plus its answer holds "
+            f"{max(prompt_lengths) + max_new_tokens} tokens (prompt {max(prompt_lengths)}, max_new_tokens {max_new_tokens}): "
+            f"the cache never outgrows it, so {method} would compress nothing. Lower target_size below {min(prompt_lengths)}."
+        )
     return None
