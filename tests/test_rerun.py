@@ -124,7 +124,7 @@ def test_another_study_in_the_same_results_leaves_every_cell_of_the_first_up_to_
     other = {**demo, "methods": ["full_cache", "snapkv"], "retentions": [0.5], "question_modes": ["question_aware"]}
     (finished_demo / "config/other-study.yaml").write_text(yaml.safe_dump(other, sort_keys=True))
     b = run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/other-study.yaml", check=True)
-    tables = {"aggregate", "all", "figure_quality_vs_retention", "figure_paired_scatter", "figure_batch_size"}
+    tables = {"aggregate", "ranking", "all", "figure_quality_vs_retention", "figure_paired_scatter", "figure_batch_size"}
     assert set(planned_jobs(b.stdout + b.stderr)) == tables, (b.stdout + b.stderr)[-3000:]
     again = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True)
-    assert set(planned_jobs(again.stdout)) == {"aggregate", "all"} | FIGURE_RULES, again.stdout[-3000:]
+    assert set(planned_jobs(again.stdout)) == {"aggregate", "ranking", "all"} | FIGURE_RULES, again.stdout[-3000:]
