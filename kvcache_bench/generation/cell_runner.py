@@ -17,7 +17,7 @@ from kvcache_bench.generation.batched_decode import (
     generate_shared_contexts_together,
 )
 from kvcache_bench.generation.caches import kv_bytes_per_token
-from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
+from kvcache_bench.generation.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
 from kvcache_bench.generation.other_question import OtherQuestionGroup, generate_other_question
 from kvcache_bench.generation.single_decode import (
     Generation,
@@ -256,10 +256,7 @@ def load_cell_generator(
 ) -> tuple[object, CellGenerator]:
     """(tokenizer, generator): the model (``loaded``, or loaded now) for ``method``, its press and cache, and the cell's one strategy."""
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
-    if loaded is None:
-        loaded = load_for_settings(model_settings, attn_implementation=attention)
-    elif loaded.attn_implementation != attention:
-        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    loaded = loaded_with_attention(model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
     # Without a press no question is in view: the cache is the context's whichever question was asked before.

@@ -20,7 +20,7 @@ import time
 import torch
 
 from kvcache_bench.generation.caches import clear_key_masks, mean_cache_length
-from kvcache_bench.generation.loading import LoadedModel, ModelSettings, load_for_settings, synchronize
+from kvcache_bench.generation.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
 from kvcache_bench.generation.single_decode import presses_while_decoding
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.prompts import split_prompt
@@ -65,10 +65,7 @@ def run_cell_on_kvpress_pipeline(
         raise ValueError(f"kvpress's pipeline generates one example at a time; batch {batch_size}, decode batch {decode_batch_size} asked")
     torch.manual_seed(seed)
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
-    if loaded is None:
-        loaded = load_for_settings(model_settings, attn_implementation=attention)
-    elif loaded.attn_implementation != attention:
-        raise ValueError(f"{method} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    loaded = loaded_with_attention(model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=device)
     press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)

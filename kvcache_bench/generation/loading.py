@@ -124,3 +124,14 @@ def load_for_settings(settings: ModelSettings, *, attn_implementation: str | Non
     model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code, settings.revision)
     stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
     return LoadedModel(model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings)
+
+
+def loaded_with_attention(settings: ModelSettings, loaded: LoadedModel | None, attention: str, needed_by: str) -> LoadedModel:
+    """The model a job runs on: ``loaded`` (a worker's) when it has ``attention``, or the settings' model loaded now.
+
+    A worker's model on another attention would run ``needed_by`` on the wrong kernel: refused, not reloaded."""
+    if loaded is None:
+        return load_for_settings(settings, attn_implementation=attention)
+    if loaded.attn_implementation != attention:
+        raise ValueError(f"{needed_by} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+    return loaded
