@@ -28,6 +28,7 @@ rule aggregate:
         code=package_code("aggregate.py"),
         cells=cells_for_table(),
         expected_n=expected_examples_per_cell(),
+        not_run=not_run_cells(),
         seed=SEED,
         small_n=config["analysis"]["small_n"],
         n_resamples=config["analysis"]["bootstrap_resamples"],

@@ -19,10 +19,12 @@ import yaml
 
 from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.study import cells as study
-from kvcache_bench.study.cell_checks import Cell, problems_of
+from kvcache_bench.study.cell_checks import Cell, decode_note, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
 from kvcache_bench.methods.registry import METHODS, retentions_for
+from kvcache_bench.methods.shipped_properties import parse_time_properties
+from kvcache_bench.study.prompts import KNOWN_TASKS
 from kvcache_bench.study.config_checks import (
     StudyConfigError,
     check_study_config,
@@ -63,10 +65,20 @@ PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_p
 # Llama 3.1's tokenizer, made by materialise_llama3_tokenizer: a config names this directory as a tokenizer.
 LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 
-# The study's cells, each judged once by the config check: only accepted cells reach tables and figures;
-# refused cells' check outputs are requested by `all`, so their check job fails loudly, naming them.
-CELL_PROBLEMS = functools.partial(problems_of, custom_methods=config["custom_methods"])
-STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), CELL_PROBLEMS)
+def cell_problems(cell):
+    """Why a cell cannot run, judged from the config and, for a built-in method, the properties the package ships
+    (measured by the code check_method runs): a dry run knows them before any job. A custom press is measured by
+    its check job only, whose check_config has the last word for every cell."""
+    task = cell["task"]
+    new_tokens = study.max_new_tokens(config, task) if task in KNOWN_TASKS else None
+    properties = parse_time_properties(cell["method"], config)
+    return problems_of(cell, config["custom_methods"], properties, new_tokens)
+
+
+# The study's cells, each judged once: only accepted cells reach tables and figures. A refused cell is printed
+# before any job and listed, with why, in the tables (not run); only when every cell is refused are the refused
+# checks requested, so that the run fails naming them.
+STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), cell_problems)
 
 
 wildcard_constraints:
@@ -113,17 +125,37 @@ def figure_files():
 
 
 def final_outputs():
-    """With no accepted cell there is nothing to tabulate: only the refused checks, which fail naming why."""
-    made = table_files() + figure_files() + engine_comparison_outputs() if STUDY_CELLS else []
-    return refused_checks() + made
+    """The tables and figures of the accepted cells (they list the refused ones); with no accepted cell there is
+    nothing to tabulate: only the refused checks, which fail naming why."""
+    if not STUDY_CELLS:
+        return refused_checks()
+    return table_files() + figure_files() + engine_comparison_outputs()
+
+
+def not_run_cells():
+    """The refused cells and why, for the tables: a missing cell is listed, never silently absent."""
+    typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
+    return [dict(target=Cell(**cell).target, problems=cell_problems(cell)) for cell in typed]
+
+
+def decode_notes():
+    """What accepted cells will do other than their names say (a masking press at decode batch 32 decodes alone)."""
+    notes = {}
+    for cell in STUDY_CELLS:
+        decode = int(cell["decode_batch_size"])
+        note = decode_note(cell["method"], parse_time_properties(cell["method"], config), decode)
+        if note:
+            notes[(cell["method"], decode)] = note
+    return list(notes.values())
 
 
 def announce_before_any_job():
     """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
     if not workflow.is_main_process:
         return
-    typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
-    refusals = [f"refused target {Cell(**cell).target}: {'; '.join(CELL_PROBLEMS(cell))}" for cell in typed]
+    outcome = "not run (listed in results/tables/summary.md)" if STUDY_CELLS else "the run fails"
+    refusals = [f"refused target {c['target']}, {outcome}: {'; '.join(c['problems'])}" for c in not_run_cells()]
+    refusals += [f"note: {note}" for note in decode_notes()]
     warnings = [
         lock_holder_warning("."),
         *(remote_code_warning(model, name) for name, model in config["models"].items()),

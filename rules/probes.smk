@@ -57,6 +57,7 @@ rule probe_padding:
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,
         seed=SEED,
+        model_workers=GENERATION["model_workers"],
     script:
         "../scripts/probe_padding.py"
 

@@ -19,11 +19,13 @@ with logging_to(job):
     )
     for line in flagged_cells(summary):
         logging.getLogger("kvcache_bench").warning("measured other than asked: %s", line)
+    for cell in job.params.not_run:
+        logging.getLogger("kvcache_bench").warning("not run: %s: %s", cell["target"], "; ".join(cell["problems"]))
     with atomic_path(job.output.summary) as tmp:
         summary.to_csv(tmp, index=False)
     per_example = per_example_frame(score_files, cells)
     with atomic_path(job.output.per_example) as tmp:
         per_example.to_csv(tmp, index=False)
-    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n))
+    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, job.params.not_run))
     for output, rows in ((job.output.summary, summary), (job.output.per_example, per_example), (job.output.markdown, summary)):
         write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(rows)})

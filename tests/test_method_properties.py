@@ -49,12 +49,17 @@ def test_a_custom_press_that_evicts_is_refused_at_prefill_batch_above_one_from_i
     assert problems_with(Cell("d", "qasper", "m", "value_norm", "question_aware", 0.5, 1), custom, measured=properties) == []
 
 
-def test_a_masking_press_is_refused_at_decode_batch_above_one_and_runs_alone():
+def test_a_masking_press_runs_at_decode_batch_above_one_decoding_alone_and_a_dry_run_says_so():
+    """kvpress keeps AdaKV's masks on the model for one sequence: such a cell is not refused (the needle config once
+    lost its kvzip cells ten minutes into a GPU run that way) but decodes one example at a time, said up front."""
+    from kvcache_bench.study.cell_checks import decode_note
+
     properties = measure("adakv_snapkv")
     alone = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 1)
     stacked = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 8)
-    assert problems_with(alone, measured=properties) == []
-    assert any("one example's masks to another" in p for p in problems_with(stacked, measured=properties))
+    assert problems_with(alone, measured=properties) == problems_with(stacked, measured=properties) == []
+    assert "decode one example at a time" in decode_note("adakv_snapkv", properties, 8)
+    assert decode_note("adakv_snapkv", properties, 1) is None and decode_note("snapkv", measure("snapkv"), 8) is None
 
 
 def test_a_masking_press_is_refused_in_the_modes_that_remove_a_shown_question():
@@ -90,6 +95,12 @@ def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
 
     all_methods = yaml.safe_load((REPO / "config/demo-all-methods.yaml").read_text())["methods"]
     assert all_methods == running  # the all-methods demo runs exactly what runs offline, in the catalogue's order
+
+    # What a dry run knows is what check_method measures now: the shipped table is this very measurement.
+    from kvcache_bench.methods.shipped_properties import shipped_facts, shipped_properties
+
+    stale = [row["method"] for row in rows if shipped_properties(row["method"]) != shipped_facts(row)]
+    assert not stale, f"regenerate with python -m kvcache_bench.generation.method_properties --ship: {stale}"
 
 
 def test_a_press_that_leaves_a_cache_longer_than_its_prompt_is_refused_from_its_measurement():

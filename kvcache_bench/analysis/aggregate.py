@@ -221,8 +221,10 @@ def _interval(low, high) -> str:
     return "" if pd.isna(low) else f"[{low:.2f}, {high:.2f}]"
 
 
-def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
-    """The table people read: one section per dataset/task/model, warnings first."""
+def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: list[dict] | None = None) -> str:
+    """The table people read: one section per dataset/task/model, warnings first, then the cells the config
+    asked for that were refused before any job (``not_run``: each cell's target and why), so none is silently
+    missing."""
     lines = ["# Summary", ""]
     lines.append(
         f"Scores are the task's metric x100 (mean over examples), with a {CONFIDENCE:.0%} bootstrap interval. "
@@ -279,6 +281,14 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
                 f"{row.batch_size} | {row.decode_batch_size} | {row.n} | {row.score:.2f} | {_interval(row.ci_low, row.ci_high)} | {diff} | "
                 f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {', '.join(flags)} |"
             )
+        lines.append("")
+    if not_run:
+        lines += [
+            f"## Not run: {len(not_run)} cell(s) the config asked for", "",
+            "Refused before any job, from the config and the method's measured properties (`snakemake -n` lists them too):", "",
+            "| cell | why |", "|---|---|",
+        ]
+        lines += [f"| `{cell['target']}` | {'; '.join(cell['problems'])} |" for cell in not_run]
         lines.append("")
     return "\n".join(lines)
 

@@ -35,7 +35,7 @@ from kvcache_bench.methods.registry import (
     get_method,
     press_construction,
 )
-from kvcache_bench.study.cell_checks import check_setting
+from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE, check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
@@ -72,18 +72,23 @@ class Strategy(Enum):
     PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
 
 
+# strategies whose decode steps run through batched_decode.decode_together (static buffers, CUDA graphs on a GPU)
+DECODED_TOGETHER = (Strategy.DECODE_MANY, Strategy.SHARED_CONTEXTS_TOGETHER, Strategy.OTHER_QUESTION)
+
 WHILE_DECODING_FALLBACK = (
     "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: decoded at batch 1"
 )
 
 
 def choose_strategy(
-    mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool, press_while_decoding: bool = False
+    mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool, press_while_decoding: bool = False,
+    masks_slots: bool = False,
 ) -> Strategy:
     """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations).
 
     ``press_while_decoding``: the press compresses while decoding (``presses_while_decoding``): batch 1 always,
-    question-aware or question-agnostic."""
+    question-aware or question-agnostic. ``masks_slots``: the press hides slots through kvpress's per-model
+    masks (measured by its check job), which hold one sequence's: decoded at batch 1 (``MASKS_DECODE_ALONE``)."""
     if press_while_decoding:
         if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
             raise ValueError(
@@ -96,7 +101,7 @@ def choose_strategy(
     if mode.removes_the_question_it_showed:
         return Strategy.OTHER_QUESTION
     question_aware = mode == QuestionMode.QUESTION_AWARE
-    if decode_batch_size > 1 and (question_aware or not quantised_cache):
+    if decode_batch_size > 1 and not masks_slots and (question_aware or not quantised_cache):
         return Strategy.DECODE_MANY if question_aware else Strategy.SHARED_CONTEXTS_TOGETHER
     return Strategy.ONE_BY_ONE if question_aware else Strategy.SHARED_CONTEXT
 
@@ -135,13 +140,15 @@ class CellGenerator:
     min_new_tokens: int
     pad_token_id: int
     decode_batch_size: int
+    # why examples are decoded at batch 1 though the cell asked for more (a press that masks slots)
+    decode_fallback: str | None = None
 
     def generate(self, prompts: list[PromptTokens], others: list[list[int]] | None = None) -> tuple[list[Generation], DecodePath]:
         """Generations for a chunk's prompts, in their order, and the decode path that made them.
 
         ``others``: in the other-question mode, the tokens of each prompt's other question the press sees.
         """
-        batch_one = DecodePath(self.decode_batch_size, 1, None)
+        batch_one = DecodePath(self.decode_batch_size, 1, self.decode_fallback if self.decode_batch_size > 1 else None)
         common = dict(min_new_tokens=self.min_new_tokens)
         match self.strategy:
             case Strategy.OTHER_QUESTION:
@@ -171,17 +178,13 @@ class CellGenerator:
                     self.model, prompts, self.press, self.pad_token_id, self.max_new_tokens, self.stop_ids, make_cache=self.make_cache
                 ), batch_one
             case Strategy.SHARED_CONTEXT if len(prompts) == 1:
-                generations = [self._alone(prompts[0])]
-                fallback = "quantised cache: decoded at batch 1" if self.decode_batch_size > 1 else None
-                return generations, DecodePath(self.decode_batch_size, 1, fallback)
+                return [self._alone(prompts[0])], DecodePath(self.decode_batch_size, 1, self._shared_context_fallback())
             case Strategy.SHARED_CONTEXT:
                 generations = generate_shared_context(
                     self.model, prompts[0].context_ids, [p.question_ids for p in prompts], self.press, self.max_new_tokens,
                     self.stop_ids, make_cache=self.make_cache, **common,
                 )
-                # decode batching was asked for, but a quantised cache cannot be stacked with others
-                fallback = "quantised cache: decoded at batch 1" if self.decode_batch_size > 1 else None
-                return generations, DecodePath(self.decode_batch_size, 1, fallback)
+                return generations, DecodePath(self.decode_batch_size, 1, self._shared_context_fallback())
             case Strategy.ONE_BY_ONE:
                 return [self._alone(prompt) for prompt in prompts], batch_one
             case Strategy.PRESS_WHILE_DECODING:
@@ -193,6 +196,12 @@ class CellGenerator:
                 ]
                 return generations, DecodePath(self.decode_batch_size, 1, WHILE_DECODING_FALLBACK if self.decode_batch_size > 1 else None)
         raise ValueError(f"no generator for strategy {self.strategy}")
+
+    def _shared_context_fallback(self) -> str | None:
+        """Decode batching was asked for, but these caches cannot be stacked with others."""
+        if self.decode_batch_size <= 1:
+            return None
+        return self.decode_fallback or "quantised cache: decoded at batch 1"
 
     def _alone(self, prompt: PromptTokens) -> Generation:
         return generate_one(
@@ -252,7 +261,7 @@ def other_question_tokens(prompts: list[PromptTokens], rows: list[dict], partner
 def load_cell_generator(
     model_settings: ModelSettings, loaded: LoadedModel | None, *, task: str, method: str, retention: float, mode: QuestionMode,
     batch_size: int, decode_batch_size: int, max_new_tokens: int, seed: int, method_kwargs: dict | None,
-    custom_methods: dict | None = None,
+    custom_methods: dict | None = None, masks_slots: bool = False,
 ) -> tuple[object, CellGenerator]:
     """(tokenizer, generator): the model (``loaded``, or loaded now) for ``method``, its press and cache, and the cell's one strategy."""
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
@@ -264,13 +273,15 @@ def load_cell_generator(
     quantised = get_method(method, custom_methods).kv_cache_bits is not None
     strategy = choose_strategy(
         generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised,
-        press_while_decoding=presses_while_decoding(press) is not None,
+        press_while_decoding=presses_while_decoding(press) is not None, masks_slots=masks_slots,
     )
+    decode_alone = masks_slots and decode_batch_size > 1 and strategy in (Strategy.ONE_BY_ONE, Strategy.SHARED_CONTEXT)
     log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
     return tokenizer, CellGenerator(
         model, press, cache_factory_for(method, model, method_kwargs, custom_methods), generation_mode,
         strategy, max_new_tokens, set(loaded.stop_ids) | extra_stop_ids(tokenizer, task),
         1 if task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, decode_batch_size,
+        MASKS_DECODE_ALONE if decode_alone else None,
     )
 
 
@@ -314,6 +325,7 @@ def run_cell(
     decode_batch_size: int = 1,
     loaded: LoadedModel | None = None,
     custom_methods: dict | None = None,
+    masks_slots: bool = False,
 ):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
 
@@ -322,7 +334,8 @@ def run_cell(
     (``kvcache_bench.generation.batched_decode``: safe with eviction). ``loaded`` is a model a worker
     loaded already for these settings and this method's attention (``kvcache_bench.generation.worker``).
     In the other-question mode a row that is the only question on its context has no record (the cell's
-    count says how many it could use).
+    count says how many it could use). ``masks_slots``: the method's check measured that it hides slots through
+    kvpress's per-model masks, so a decode batch > 1 decodes its examples one at a time (said in each record).
     """
     from tqdm import tqdm
 
@@ -340,7 +353,7 @@ def run_cell(
     tokenizer, generator = load_cell_generator(
         model_settings, loaded, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
         decode_batch_size=decode_batch_size, max_new_tokens=max_new_tokens, seed=seed, method_kwargs=method_kwargs,
-        custom_methods=custom_methods,
+        custom_methods=custom_methods, masks_slots=masks_slots,
     )
     model, strategy, device = generator.model, generator.strategy, generator.model.device
     construction = press_construction(generator.press)  # before generating: a press may keep state on itself
@@ -364,7 +377,7 @@ def run_cell(
         "kv_cache_bits": kv_bits,
         "max_context_tokens": model_settings.max_context_tokens,
         "warmup_seconds": warmup_seconds,
-        "decode_steps": decode_mode(model) if (decode_batch_size > 1 and strategy != Strategy.PRESS_WHILE_DECODING) or strategy == Strategy.OTHER_QUESTION else "eager",
+        "decode_steps": decode_mode(model) if strategy in DECODED_TOGETHER else "eager",
         # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
         "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
         "method": method,

@@ -7,7 +7,9 @@ calls ``write_cell_predictions`` with it.
 
 from __future__ import annotations
 
+import json
 import logging
+from pathlib import Path
 from types import SimpleNamespace
 
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
@@ -23,7 +25,10 @@ from kvcache_bench.workflow import params_of, settings_of
 def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) -> None:
     """Run the cell on ``loaded`` and write its predictions and manifest (``worker``: who loaded the model)."""
     p = settings_of(job)
-    engine = run_cell_on_kvpress_pipeline if params_of(job).get("engine") == KVPRESS_PIPELINE else run_cell
+    on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
+    engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
+    # kvpress's pipeline decodes one example at a time anyway; this engine decodes a masking press's alone
+    decoding = {} if on_kvpress else {"masks_slots": masks_slots(job)}
     records = engine(
         read_jsonl(job.input.rows),
         task=p.task,
@@ -38,6 +43,7 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
         method_kwargs=p.method_kwargs,
         custom_methods=getattr(p, "custom_methods", None),  # absent when a command line names no custom method
         loaded=loaded,
+        **decoding,
     )
     count = write_jsonl_atomic(job.output.predictions, records)
     measured = measure_cell(read_jsonl(job.output.predictions), p.retention)
@@ -51,6 +57,13 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
     if worker is not None:
         extra["worker"] = worker
     write_manifest(job.output.predictions, params_of(job), p.seed, extra=extra)
+
+
+def masks_slots(job) -> bool:
+    """Whether the cell's method was measured (its check_method output, an input of the job) to hide slots
+    through kvpress's per-model masks rather than free them."""
+    properties = dict(job.input.items()).get("properties")
+    return bool(properties and json.loads(Path(properties).read_text()).get("masks_slots"))
 
 
 def run_generate_job(job) -> None:

@@ -234,3 +234,35 @@ def run_check_job(job) -> None:
         properties = measure(p.method, p.method_kwargs, p.custom_methods, os.getcwd())
         write_json_atomic(job.output.properties, properties)
         write_manifest(job.output.properties, params_of(job), None)
+
+
+def write_shipped_properties(path: str | None = None) -> Path:
+    """Measure every built-in method with kvpress's default arguments and write the table the package ships
+    (``methods.shipped_properties``): what a dry run knows about a cell before its check job measures it."""
+    import json
+    import sys
+    from importlib.metadata import version
+
+    from kvcache_bench.methods.registry import METHODS
+    from kvcache_bench.methods.shipped_properties import SHIPPED_PATH, shipped_facts
+
+    target = Path(path) if path else SHIPPED_PATH
+    methods = {}
+    for name in METHODS:
+        methods[name] = shipped_facts(measure(name))
+        print(f"{name}: {methods[name]}", file=sys.stderr, flush=True)
+    document = {"kvpress": version("kvpress"), "transformers": version("transformers"), "measured_by": __name__ + ".measure", "methods": methods}
+    target.write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
+    return target
+
+
+if __name__ == "__main__":
+    import argparse
+
+    parser = argparse.ArgumentParser(description=write_shipped_properties.__doc__)
+    parser.add_argument("--ship", action="store_true", help="write kvcache_bench/methods/measured_properties.json")
+    parser.add_argument("--to", default=None, help="write there instead")
+    arguments = parser.parse_args()
+    if not arguments.ship:
+        parser.error("nothing to do: pass --ship")
+    print(write_shipped_properties(arguments.to))

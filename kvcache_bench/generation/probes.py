@@ -13,6 +13,8 @@ does the published padding collapse happen to it?
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from kvcache_bench.analysis.metrics import score_example
@@ -58,6 +60,27 @@ def attention_sink_report(model, tokenizer, rows: list[dict], task: str, max_con
         "middle_layers": [first, last - 1],
         "if_attention_were_uniform": round(uniform, 4),
     }
+
+
+def write_padding_report(job, loaded, data: dict, worker: dict | None = None) -> None:
+    """The probe_padding rule's job on ``loaded`` (loaded here, or by a model worker: ``worker`` says which):
+    the press at batch 1 and on left-padded batches, its report and manifest."""
+    from kvcache_bench.io import read_jsonl, write_json_atomic
+    from kvcache_bench.manifest import write_manifest
+    from kvcache_bench.workflow import params_of, settings_of
+
+    p = settings_of(job)
+    rows = interleave_by_length([read_jsonl(path)[: p.examples_per_dataset] for path in job.input.rows])
+    report = padding_effect(
+        loaded.model, loaded.tokenizer, rows, task=p.task, method=p.method, retention=p.retention, batch_size=p.batch_size,
+        max_new_tokens=p.max_new_tokens, max_context_tokens=p.model_settings["max_context_tokens"],
+        method_kwargs=p.method_kwargs, seed=p.seed,
+    )
+    write_json_atomic(job.output.report, report)
+    extra = {"examples": len(rows), "data_sha256": {path: manifest["content"]["sha256"] for path, manifest in data.items()}}
+    write_manifest(job.output.report, params_of(job), p.seed, extra={**extra, **({"worker": worker} if worker else {})})
+    print(f"{p.method}: {report['changed_answers']}/{len(rows)} answers changed; "
+          f"score {report['score_batch_1']} -> {report['score_padded_batch']}", file=sys.stderr)
 
 
 def interleave_by_length(rows_by_source: list[list[dict]]) -> list[dict]:

@@ -81,11 +81,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def worker_settings(job) -> dict:
-    """What a worker is for: the model settings and the attention the job's method needs."""
+# What a worker can do for a job, by the job's kind: each writes the job's outputs from the loaded model.
+WORK = {
+    "generate": ("kvcache_bench.generation.job", "write_cell_predictions"),
+    "probe_padding": ("kvcache_bench.generation.probes", "write_padding_report"),
+}
+
+
+def worker_settings(job, attention: str | None = None) -> dict:
+    """What a worker is for: the model settings and the attention the job runs (by default, what its method needs)."""
     from kvcache_bench.generation.gpu_job import method_attention, model_params_of
 
-    return {"model": model_params_of(job), "attention": method_attention(job), "code": job.params.code}
+    return {"model": model_params_of(job), "attention": attention or method_attention(job), "code": job.params.code}
 
 
 def worker_key(settings: dict, slot: str, owner: int) -> str:
@@ -180,11 +187,14 @@ def _connect(socket_path: Path, log_path: Path, start) -> socket.socket:
         time.sleep(0.05)
 
 
-def run_in_worker(job, entered) -> dict:
-    """Run the generate job's cell in its worker (this process is the light client); return the worker's facts."""
+def run_in_worker(job, entered, work: str = "generate", attention: str | None = None) -> dict:
+    """Run the job's ``work`` (a cell, or a probe: ``WORK``) in its worker (this process is the light client);
+    return the worker's facts. ``attention``: the attention the job runs, when not its method's own."""
     import logging
 
-    settings = worker_settings(job)
+    if work not in WORK:
+        raise ValueError(f"a model worker does {', '.join(WORK)}, not {work!r}")
+    settings = worker_settings(job, attention)
     owner = snakemake_run_pid()
     if entered.pin.devices:
         slot, held = ",".join(entered.pin.devices), []
@@ -199,7 +209,7 @@ def run_in_worker(job, entered) -> dict:
     name = f"{Path(settings['model']['path']).name}-{settings['attention']}-{slot.replace(',', '_')}-{key[:8]}"
     log_path = Path("logs/model_workers") / f"{name}.log"
     start = lambda: _start_worker(socket_path, log_path, settings, owner, int(job.threads))  # noqa: E731
-    request = {"job": _job_as_dict(job), "data": entered.data}
+    request = {"job": _job_as_dict(job), "data": entered.data, "work": work}
     with _connect(socket_path, log_path, start) as connection:
         _send(connection, request)
         accepted = _receive(connection)
@@ -235,9 +245,10 @@ class _Cell:
 
 def _serve_one(connection: socket.socket, loaded, facts: dict) -> bool:
     """Run one cell; True when the worker may serve another."""
+    import importlib
+
     import torch
 
-    from kvcache_bench.generation.job import write_cell_predictions
     from kvcache_bench.workflow import logging_to
 
     request = _receive(connection)
@@ -246,11 +257,13 @@ def _serve_one(connection: socket.socket, loaded, facts: dict) -> bool:
     _send(connection, {"accepted": True})
     cell = _Cell(connection)
     job = ScriptJob(**request["job"])
+    module, function = WORK[request.get("work", "generate")]
+    write_outputs = getattr(importlib.import_module(module), function)
     facts = {**facts, "cell_index": facts["cells_served"], "load_counted_here": facts["cells_served"] == 0}
     try:
         with logging_to(job):
             torch.set_num_threads(max(1, int(job.threads)))
-            write_cell_predictions(job, loaded, request["data"], worker=facts)
+            write_outputs(job, loaded, request["data"], worker=facts)
         cell.running = False
         _send(connection, {"ok": True, "worker": facts})
         return True

@@ -119,11 +119,6 @@ def measured_problems(
             f"{method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {batch_size}: "
             f"left padding would be scored alongside the prompt (the padding collapse{measured_share}). Use batch size 1."
         )
-    if measured.get("masks_slots") and decode_batch_size > 1:
-        problems.append(
-            f"{method} masks slots, and kvpress keeps the masks on the model for one sequence at a time: "
-            f"decode batch size {decode_batch_size} would apply one example's masks to another. Use decode batch size 1."
-        )
     if measured.get("masks_slots") and question_mode in QUESTION_MODES and QuestionMode(question_mode).removes_the_question_it_showed:
         problems.append(
             f"{method} masks slots per head, and the {question_mode} mode removes the question it showed from the cache "
@@ -149,14 +144,39 @@ def while_decoding_problems(method: str, measured: dict, *, batch_size: int, que
             "the context with a question and removes that question before answering, which such a press never does "
             "(it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
         )
-    if max_new_tokens is not None and (problem := decoding_budget_problem(method, measured.get("construction"), max_new_tokens)):
+    construction = measured.get("construction")
+    if construction is None and measured.get("decoding_budget"):  # shipped facts carry the default budget alone
+        construction = {"kwargs": measured["decoding_budget"]}
+    if max_new_tokens is not None and (problem := decoding_budget_problem(method, construction, max_new_tokens)):
         problems.append(problem)
     return problems
 
 
-def problems_of(fields: dict, custom_methods: dict | None = None) -> list[str]:
+MASKS_DECODE_ALONE = (
+    "the press masks slots per head, and kvpress keeps the masks on the model for one sequence at a time: decoded at batch 1"
+)
+
+
+def decode_note(method: str, measured: dict | None, decode_batch_size: int) -> str | None:
+    """What a cell at ``decode_batch_size`` will do other than its name says (it runs; its records say so too):
+    a press that masks slots, or compresses while decoding, decodes one example at a time."""
+    if measured is None or decode_batch_size <= 1:
+        return None
+    if measured.get("compresses_while_decoding"):
+        return f"{method} compresses while decoding: its decode batch {decode_batch_size} cells decode one example at a time"
+    if measured.get("masks_slots"):
+        return (
+            f"{method} masks slots (kvpress keeps the masks on the model for one sequence at a time): its decode batch "
+            f"{decode_batch_size} cells decode one example at a time, each record saying so (decode_fallback)"
+        )
+    return None
+
+
+def problems_of(
+    fields: dict, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None
+) -> list[str]:
     """``problems_with`` for a cell given as a dict of its fields (what kvcache_bench.study.cells passes)."""
-    return problems_with(Cell(**fields), custom_methods)
+    return problems_with(Cell(**fields), custom_methods, measured, max_new_tokens)
 
 
 def check_cell(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None) -> None:
