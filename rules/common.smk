@@ -65,6 +65,7 @@ PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_p
 # Llama 3.1's tokenizer, made by materialise_llama3_tokenizer: a config names this directory as a tokenizer.
 LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 
+
 def cell_problems(cell):
     """Why a cell cannot run, judged from the config and, for a built-in method, the properties the package ships
     (measured by the code check_method runs): a dry run knows them before any job. A custom press is measured by
