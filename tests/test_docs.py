@@ -11,7 +11,7 @@ from conftest import REPO
 DOCS = runpy.run_path(str(REPO / "tools/docs.py"))
 
 
-@pytest.mark.parametrize("what", ["config", "modules", "methods", "method-families", "parity"])
+@pytest.mark.parametrize("what", ["config", "modules", "methods", "method-families", "parity", "findings"])
 def test_generated_docs_are_up_to_date(what):
     relative, generate = DOCS["TARGETS"][what]
     text = (REPO / relative).read_text()

@@ -24,7 +24,8 @@ def rows():
     return normalise_rows(generated, "synthetic_qa", None)
 
 
-def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tokens=2048, batch_size=1, decode_batch_size=1):
+def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tokens=2048, batch_size=1, decode_batch_size=1,
+         **engine):
     return list(
         run_cell(
             rows,
@@ -39,6 +40,7 @@ def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tok
             method_kwargs={"window_size": 4} if method == "snapkv" else None,
             progress=False,
             decode_batch_size=decode_batch_size,
+            **engine,
         )
     )
 
@@ -81,6 +83,21 @@ def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_mode
     assert all("warm-up" in r["seconds_cover"] and "decode batch" in r["seconds_cover"] for r in together)
     if mode == "question_agnostic":
         assert all(r["shared_context_questions"] == 2 for r in together)
+
+
+@pytest.mark.parametrize("mode", ["question_aware", "question_agnostic"])
+def test_a_masking_press_asked_to_decode_together_decodes_alone_with_the_same_answers_and_says_why(rows, demo_model, mode):
+    """kvpress keeps AdaKV's masks on the model for one sequence: at decode batch 4 the cell runs (it used to be
+    refused mid-study) and decodes one example at a time, each record naming why."""
+    from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE
+
+    alone = cell(rows, demo_model, mode, method="adakv_snapkv")
+    asked = cell(rows, demo_model, mode, method="adakv_snapkv", decode_batch_size=4, masks_slots=True)
+    assert [r["prediction"] for r in asked] == [r["prediction"] for r in alone]
+    assert [r["kept_tokens"] for r in asked] == [r["kept_tokens"] for r in alone]
+    assert all(r["decode_batch_size"] == 4 and r["effective_decode_batch_size"] == 1 for r in asked)
+    assert {r["decode_fallback"] for r in asked} == {MASKS_DECODE_ALONE} and {r["decode_fallback"] for r in alone} == {None}
+    assert {r["decode_steps"] for r in asked} == {"eager"}
 
 
 def test_a_masking_press_never_appears_to_save_memory(rows, demo_model):

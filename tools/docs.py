@@ -5,6 +5,7 @@
     python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
     python tools/docs.py method-families   # README's one row per family, from the same catalogue
     python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
+    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-needle/tables/
 """
 
 from __future__ import annotations
@@ -155,6 +156,25 @@ def parity_table() -> str:
     return "\n".join(lines) + "\n"
 
 
+NEEDLE_RUN = REPO / "reference/h200-smollm2-needle"
+
+
+def findings() -> str:
+    """The README's real-model findings, from the committed needle run's tables (kvcache_bench.analysis.findings)."""
+    import pandas as pd
+
+    sys.path.insert(0, str(REPO))
+    from kvcache_bench.analysis.findings import needle_sentences, padding_sentences
+    from kvcache_bench.analysis.padding import padding_table
+
+    summary = pd.read_csv(NEEDLE_RUN / "tables/summary.csv")
+    # the probe's table as `snakemake reference_figures` rebuilds it from the committed reports, with this checkout's code
+    reports = sorted(str(p) for p in (NEEDLE_RUN / "probes/padding").glob("*/*/*.json") if not p.name.endswith(".manifest.json"))
+    seed = yaml.safe_load((REPO / "config/smollm2-h200-needle.yaml").read_text())["seed"]
+    padding = padding_table(reports, seed=seed)
+    return "\n".join(needle_sentences(summary)) + "\n\n" + "\n\n".join(padding_sentences(padding)) + "\n"
+
+
 def replace_block(text: str, what: str, block: str) -> str:
     begin, end = BEGIN.format(what=what), END.format(what=what)
     head, _, rest = text.partition(begin + "\n")
@@ -168,6 +188,7 @@ TARGETS = {
     "methods": ("docs/methods.md", method_table),
     "method-families": ("README.md", method_family_table),
     "parity": ("docs/parity.md", parity_table),
+    "findings": ("README.md", findings),
 }
 
 if __name__ == "__main__":

@@ -1,0 +1,82 @@
+"""The README's findings, written from a committed run's tables so that no number in them is typed by hand.
+
+``python tools/docs.py findings`` writes them into README.md and docs/findings.md between generated markers;
+``tests/test_docs.py`` fails when a committed table and the text disagree. The tables are the study's
+``summary.csv`` (paired differences to the full cache with their bootstrap intervals) and the padding probe's
+table, which ``snakemake reference_figures`` rebuilds from the committed probe reports.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvcache_bench.analysis.aggregate import BASELINE_METHOD, retention_percent
+from kvcache_bench.methods.registry import method_label
+
+
+def _signed(value: float) -> str:
+    return f"{value:+.0f}".replace("-", "−")
+
+
+def _interval(low: float, high: float) -> str:
+    return f"[{_signed(low)}, {_signed(high)}]"
+
+
+def _pressed(summary: pd.DataFrame) -> pd.DataFrame:
+    return summary[(summary["method"] != BASELINE_METHOD) & ~summary["incomplete"].astype(bool)]
+
+
+def needle_sentences(summary: pd.DataFrame) -> list[str]:
+    """Per retention, from most kept to least: the presses whose paired interval reaches the full cache (they keep
+    the needle as often as it does, as far as n can tell), else the best one, and the share of presses below."""
+    baseline = summary[summary["method"] == BASELINE_METHOD].iloc[0]
+    n = int(baseline["n"])
+    lines = [
+        f"The full cache finds {baseline['score']:.0f}% of the needles (n = {n} per cell, 95% interval "
+        f"[{baseline['ci_low']:.0f}, {baseline['ci_high']:.0f}]). Each press below: % found, then its paired difference to the "
+        "full cache on the same questions [95% interval]; a press *reaches* the full cache when that interval reaches 0."
+    ]
+    pressed = _pressed(summary)
+    for retention, group in sorted(pressed.groupby("retention"), key=lambda item: -item[0]):
+        group = group.sort_values(["diff_vs_full", "score"], ascending=False)
+        holding = group[group["diff_ci_high"] >= 0]
+
+        def named(rows):
+            return ", ".join(
+                f"{method_label(r.method)} {r.score:.0f} ({_signed(r.diff_vs_full)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+                for r in rows.itertuples()
+            )
+
+        kept = retention_percent(retention)
+        if len(holding):
+            lines.append(f"- **{kept} kept**: {len(holding)} of {len(group)} presses {'reaches' if len(holding) == 1 else 'reach'} "
+                         f"the full cache: {named(holding)}.")
+        else:
+            lines.append(f"- **{kept} kept**: none of {len(group)} reaches the full cache; the best: {named(group.head(2))}.")
+        worst = group.tail(2).iloc[::-1]
+        lines[-1] += f" Lowest: {named(worst)}."
+    return lines
+
+
+def padding_sentences(table: pd.DataFrame, name: str = "snapkv") -> list[str]:
+    """How many pads each press kept on left-padded batches, the named press first, and what the padding cost."""
+    table = table.sort_values("share_of_pads_kept", ascending=False)
+    control = table[table["method"] == BASELINE_METHOD].iloc[0]
+    pressed = table[table["method"] != BASELINE_METHOD]
+    focus = pressed[pressed["method"] == name].iloc[0]
+    batch, examples = int(focus["batch_size"]), int(focus["examples"])
+    lines = [
+        f"On left-padded batches of {batch} ({examples} prompts, {int(focus['padded_rows'])} of them padded, "
+        f"{focus['mean_pads_per_padded_row']:.0f} pads per padded row on average), "
+        f"{method_label(name)} keeping {retention_percent(focus['retention'])} kept **{focus['share_of_pads_kept']:.0%} of the pads** "
+        f"({focus['mean_pads_kept']:.0f} per layer and padded row on average, up to {focus['max_pads_kept']:.0f}) and found "
+        f"{focus['score_batch_1']:.0f}% of the needles alone, {focus['score_padded_batch']:.0f}% padded "
+        f"({_signed(focus['diff'])} {_interval(focus['diff_ci_low'], focus['diff_ci_high'])}, "
+        f"{int(focus['changed_answers'])} of {examples} answers changed).",
+        "Share of pads kept, and the padded − alone change: " + "; ".join(
+            f"{method_label(r.method)} {r.share_of_pads_kept:.0%} ({_signed(r.diff)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+            for r in pressed.itertuples()
+        ) + f". Full cache (the control, which keeps every pad): {_signed(control['diff'])} "
+        f"{_interval(control['diff_ci_low'], control['diff_ci_high'])}, {int(control['changed_answers'])} answers changed.",
+    ]
+    return lines

@@ -1,0 +1,52 @@
+"""The README's findings are written from tables: what a press 'reaching the full cache' means is its paired interval."""
+
+import pandas as pd
+
+from kvcache_bench.analysis.aggregate import summary_markdown
+from kvcache_bench.analysis.findings import needle_sentences, padding_sentences
+
+
+def summary_rows():
+    base = dict(dataset="d", task="niah_single_2", model="m", question_mode="question_aware", batch_size=1, decode_batch_size=32,
+                metric="string_match_all", n=100, expected_n=100, incomplete=False, small_n=False, ci_low=60.0, ci_high=80.0)
+    return pd.DataFrame([
+        {**base, "method": "full_cache", "retention": 1.0, "score": 70.0, "diff_vs_full": float("nan"),
+         "diff_ci_low": float("nan"), "diff_ci_high": float("nan")},
+        {**base, "method": "snapkv", "retention": 0.5, "score": 66.0, "diff_vs_full": -4.0, "diff_ci_low": -9.0, "diff_ci_high": 1.0},
+        {**base, "method": "knorm", "retention": 0.5, "score": 20.0, "diff_vs_full": -50.0, "diff_ci_low": -60.0, "diff_ci_high": -40.0},
+        {**base, "method": "snapkv", "retention": 0.1, "score": 10.0, "diff_vs_full": -60.0, "diff_ci_low": -70.0, "diff_ci_high": -50.0},
+        {**base, "method": "knorm", "retention": 0.1, "score": 2.0, "diff_vs_full": -68.0, "diff_ci_low": -78.0, "diff_ci_high": -58.0},
+    ])
+
+
+def test_a_press_reaches_the_full_cache_when_its_paired_interval_reaches_zero():
+    lines = needle_sentences(summary_rows())
+    assert lines[0].startswith("The full cache finds 70% of the needles (n = 100")
+    assert lines[1].startswith("- **50% kept**: 1 of 2 presses reaches the full cache: SnapKV 66 (−4 [−9, +1])")
+    assert "Knorm" not in lines[1].split("Lowest")[0]
+    assert lines[2].startswith("- **10% kept**: none of 2 reaches the full cache; the best: SnapKV 10")
+
+
+def test_the_padding_sentence_gives_the_share_of_pads_the_press_kept_and_the_control():
+    row = dict(task="t", retention=0.5, batch_size=4, examples=50, padded_rows=37, mean_pads_per_padded_row=698.0,
+               score_batch_1=64.0, score_padded_batch=36.0)
+    table = pd.DataFrame([
+        {**row, "method": "snapkv", "changed_answers": 30, "diff": -28.0, "diff_ci_low": -40.0, "diff_ci_high": -16.0,
+         "mean_pads_kept": 202.0, "max_pads_kept": 968.0, "share_of_pads_kept": 0.29},
+        {**row, "method": "full_cache", "retention": 1.0, "changed_answers": 0, "diff": 0.0, "diff_ci_low": 0.0,
+         "diff_ci_high": 0.0, "mean_pads_kept": 698.0, "max_pads_kept": 1045.0, "share_of_pads_kept": 1.0},
+    ])
+    first, second = padding_sentences(table)
+    assert "SnapKV keeping 50% kept **29% of the pads** (202 per layer and padded row" in first
+    assert "found 64% of the needles alone, 36% padded (−28 [−40, −16], 30 of 50 answers changed)" in first
+    assert "Full cache (the control, which keeps every pad): +0 [+0, +0], 0 answers changed" in second
+
+
+def test_the_summary_lists_every_cell_the_config_asked_for_that_did_not_run_and_why():
+    summary = summary_rows().assign(n_paired=100, full_cache_score=70.0)
+    not_run = [{"target": "d/t/m/kvzip/other_question/retention-0.25_batch-1_decode-32",
+                "problems": ["kvzip masks slots per head, and the other_question mode removes the question"]}]
+    markdown = summary_markdown(summary, not_run=not_run)
+    assert "## Not run: 1 cell(s) the config asked for" in markdown
+    assert "| `d/t/m/kvzip/other_question/retention-0.25_batch-1_decode-32` | kvzip masks slots per head" in markdown
+    assert "Not run" not in summary_markdown(summary)
