@@ -6,26 +6,35 @@ from kvcache_bench.analysis.aggregate import build_summary, per_example_frame, s
 from kvcache_bench.analysis.measured import flagged_cells
 from kvcache_bench.io import atomic_path, write_text_atomic
 from kvcache_bench.manifest import require_made_with, verify_against_manifest, write_manifest
+from kvcache_bench.study.cell_checks import Cell
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
-    score_files, cells = list(job.input.scores), job.params.cells
-    for score_file, cell in zip(score_files, cells):
-        require_made_with(score_file, verify_against_manifest(score_file), cell)  # each file is its row's cell
+    score_files, cells, expected_n = list(job.input.scores), job.params.cells, job.params.expected_n
+    manifests = [verify_against_manifest(score_file) for score_file in score_files]
+    for score_file, manifest, cell in zip(score_files, manifests, cells):
+        require_made_with(score_file, manifest, cell)  # each file is its row's cell
+    # Refused by their check jobs (what a dry run could not know): listed with the cells refused before any job.
+    not_run = list(job.params.not_run) + [
+        {"target": Cell(**cell).target, "problems": manifest["not_run"]}
+        for cell, manifest in zip(cells, manifests) if manifest.get("not_run")
+    ]
+    ran = [index for index, manifest in enumerate(manifests) if not manifest.get("not_run")]
+    score_files, cells, expected_n = ([values[i] for i in ran] for values in (score_files, cells, expected_n))
     summary = build_summary(
-        score_files, cells, job.params.expected_n,
+        score_files, cells, expected_n,
         seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples,
     )
     for line in flagged_cells(summary):
         logging.getLogger("kvcache_bench").warning("measured other than asked: %s", line)
-    for cell in job.params.not_run:
+    for cell in not_run:
         logging.getLogger("kvcache_bench").warning("not run: %s: %s", cell["target"], "; ".join(cell["problems"]))
     with atomic_path(job.output.summary) as tmp:
         summary.to_csv(tmp, index=False)
     per_example = per_example_frame(score_files, cells)
     with atomic_path(job.output.per_example) as tmp:
         per_example.to_csv(tmp, index=False)
-    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, job.params.not_run))
+    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, not_run))
     for output, rows in ((job.output.summary, summary), (job.output.per_example, per_example), (job.output.markdown, summary)):
         write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(rows)})

@@ -137,20 +137,33 @@ def test_the_all_methods_demo_plans_every_method_that_runs_offline(workflow_copy
 
 
 def test_a_decoding_press_runs_with_a_budget_its_answers_reach_and_is_refused_at_kvpress_defaults(workflow_copy):
+    """decoding_tova at kvpress's defaults is refused before any job (the package ships its default budget);
+    decoding_streaming_llm with the same budget in method_kwargs is refused by its check job, which only then knows
+    it. Neither keeps the other cells' tables from being made, and both are listed with why."""
     config = write_config(
-        workflow_copy, "config/demo.yaml", "decoding.yaml", methods=["full_cache", "decoding_knorm", "decoding_tova"],
+        workflow_copy, "config/demo.yaml", "decoding.yaml",
+        methods=["full_cache", "decoding_knorm", "decoding_tova", "decoding_streaming_llm"],
         retentions=[0.5], question_modes=["question_aware"], decode_batch_sizes=[2],
-        method_kwargs={"decoding_knorm": {"compression_interval": 4, "target_size": 32, "hidden_states_buffer_size": 4}},
+        method_kwargs={"decoding_knorm": {"compression_interval": 4, "target_size": 32, "hidden_states_buffer_size": 4},
+                       "decoding_streaming_llm": {"compression_interval": 512, "target_size": 2048}},
     )
     data = yaml.safe_load(config.read_text())
     data["datasets"]["synthetic"]["num_examples"] = 2
     config.write_text(yaml.safe_dump(data))
 
-    result = run_snakemake(workflow_copy, "--cores", "2", "--keep-going", "--configfile", "config/decoding.yaml")
-    assert result.returncode != 0  # decoding_tova at kvpress's compression_interval of 512
-    refused = "synthetic/synthetic_qa/canary/decoding_tova/question_aware/retention-1.00_batch-1_decode-2"
-    log = (workflow_copy / "logs/check_config" / f"{refused}.log").read_text()
-    assert "method_kwargs.decoding_tova.compression_interval = 512" in log
+    result = run_snakemake(workflow_copy, "--cores", "2", "--configfile", "config/decoding.yaml")
+    assert result.returncode == 0, result.stderr[-3000:]
+    before_any_job = "synthetic/synthetic_qa/canary/decoding_tova/question_aware/retention-1.00_batch-1_decode-2"
+    assert f"refused target {before_any_job}, not run" in result.stderr
+    by_its_check = "synthetic/synthetic_qa/canary/decoding_streaming_llm/question_aware/retention-1.00_batch-1_decode-2"
+    log = (workflow_copy / "logs/check_config" / f"{by_its_check}.log").read_text()
+    assert "method_kwargs.decoding_streaming_llm.compression_interval = 512" in log
+    not_run = json.loads((workflow_copy / f"results/predictions/{by_its_check}.jsonl.manifest.json").read_text())
+    assert not_run["records"] == 0 and "compression_interval = 512" in not_run["not_run"][0]
+    markdown = (workflow_copy / "results/tables/summary.md").read_text()
+    assert "## Not run: 2 cell(s)" in markdown and f"`{before_any_job}`" in markdown and f"`{by_its_check}`" in markdown
+    summary = pd.read_csv(workflow_copy / "results/tables/summary.csv")
+    assert set(summary["method"]) == {"full_cache", "decoding_knorm"}
     ran = workflow_copy / "results/predictions/synthetic/synthetic_qa/canary/decoding_knorm/question_aware/retention-1.00_batch-1_decode-2.jsonl"
     records = [json.loads(line) for line in ran.read_text().splitlines()]
     assert len(records) == 2 and all(r["compressed_while_decoding"] for r in records)
