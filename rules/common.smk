@@ -22,7 +22,7 @@ from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, decode_note, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
-from kvcache_bench.methods.registry import METHODS, retentions_for
+from kvcache_bench.methods.registry import METHODS, method_label, retentions_for
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import KNOWN_TASKS
 from kvcache_bench.study.config_checks import (
@@ -115,6 +115,11 @@ FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
 # the cost of a changed question needs the mode the press saw it in and the mode it did not
 if {"question_aware", "other_question"} <= set(config["question_modes"]):
     FIGURES.append("question_change")
+
+
+def custom_labels():
+    """How tables and legends name the config's custom presses (their `label`); built-ins name themselves."""
+    return {name: method_label(name, config["custom_methods"]) for name in config["custom_methods"]}
 
 
 def table_files():
