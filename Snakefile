@@ -41,6 +41,7 @@ include: "rules/train.smk"
 include: "rules/report.smk"
 include: "rules/probes.smk"
 include: "rules/reference.smk"
+include: "rules/export.smk"
 
 
 rule all:

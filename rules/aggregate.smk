@@ -27,6 +27,7 @@ rule aggregate:
     params:
         code=package_code("aggregate.py"),
         cells=cells_for_table(),
+        labels=custom_labels(),
         expected_n=expected_examples_per_cell(),
         not_run=not_run_cells(),
         seed=SEED,

@@ -22,7 +22,8 @@ from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, decode_note, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
-from kvcache_bench.methods.registry import METHODS, retentions_for
+from kvcache_bench.methods.registry import METHODS, did_you_mean, method_label, retentions_for
+from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import KNOWN_TASKS
 from kvcache_bench.study.config_checks import (
@@ -112,9 +113,33 @@ def all_generate_benchmarks():
 
 TABLES = ["summary.csv", "summary.md", "per_example.csv", "ranking.md"]
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
-# the cost of a changed question needs the mode the press saw it in and the mode it did not
-if {"question_aware", "other_question"} <= set(config["question_modes"]):
+# the cost of a changed question needs the mode the press saw it in and another mode
+if "question_aware" in config["question_modes"] and len(config["question_modes"]) > 1:
     FIGURES.append("question_change")
+# past eight methods the figures draw yours against the strongest and the baselines; the appendix draws them all
+if len({cell["method"] for cell in STUDY_CELLS} - {"full_cache"}) > ALL_IN_COLOUR_UP_TO:
+    FIGURES.append("quality_by_family")
+
+
+def highlighted_methods():
+    """What every figure draws bold, on the same axes as the strongest and the classic baselines:
+    figures.highlight, else the full cache and every custom press of the study; {method: its label}, for the
+    figures (a committed table may have no label column) and their report captions."""
+    names = list(config["figures"]["highlight"]) or default_highlight(config["methods"], config["custom_methods"])
+    known = list(METHODS) + list(config["custom_methods"])
+    unknown = [
+        f"figures.highlight names {name!r}, which is no method; {did_you_mean(name, known)}".rstrip("; ")
+        for name in names
+        if name not in known
+    ]
+    if unknown:  # a typo would silently highlight nothing
+        raise StudyConfigError("\n".join(unknown))
+    return {name: method_label(name, config["custom_methods"]) for name in names}
+
+
+def custom_labels():
+    """How tables and legends name the config's custom presses (their `label`); built-ins name themselves."""
+    return {name: method_label(name, config["custom_methods"]) for name in config["custom_methods"]}
 
 
 def table_files():
@@ -337,17 +362,30 @@ def reference_outputs():
         tables = os.path.join(run_dir, "tables")
         if os.path.exists(os.path.join(tables, "summary.csv")):
             outputs.append(f"results/reference/{run}/figures/quality_vs_retention.png")
-            if os.path.exists(os.path.join(tables, "per_example.csv")) and reference_has_question_change(tables):
-                outputs.append(f"results/reference/{run}/figures/question_change.png")
+            outputs.append(f"results/reference/{run}/figures/batch_size.png")
+            if os.path.exists(os.path.join(tables, "per_example.csv")):
+                outputs.append(f"results/reference/{run}/figures/paired_scatter.png")
+                if reference_has_question_change(tables):
+                    outputs.append(f"results/reference/{run}/figures/question_change.png")
+            if len(reference_column(tables, "method") - {"full_cache"}) > ALL_IN_COLOUR_UP_TO:
+                outputs.append(f"results/reference/{run}/figures/quality_by_family.png")
         for model_dir in sorted(glob.glob(os.path.join(run_dir, "probes", "padding", "*", "*"))):
             task, model = model_dir.split(os.sep)[-2:]
             outputs.append(f"results/reference/{run}/figures/padding_probe/{task}/{model}.png")
     return outputs
 
 
-def reference_has_question_change(tables):
+def reference_column(tables, column):
+    """The values of one column of a committed run's summary.csv."""
+    import csv
+
     with open(os.path.join(tables, "summary.csv")) as handle:
-        return "other_question" in handle.read()
+        return {row[column] for row in csv.DictReader(handle)}
+
+
+def reference_has_question_change(tables):
+    modes = reference_column(tables, "question_mode")
+    return "question_aware" in modes and len(modes) > 1
 
 
 def reference_padding_probe_reports(wildcards):

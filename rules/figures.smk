@@ -1,5 +1,6 @@
 # Stage 6: figures, one rule (and one script) each, so one figure can be rebuilt alone.
-# Each PNG goes into the report (snakemake --report results/report.html) with its caption.
+# Each PNG goes into the report (snakemake --report results/report.html) with its caption, and its manifest
+# records its layout (kvcache_bench/analysis/layout.py: size, and any text over text, off the figure or under 8 pt).
 
 
 rule figure_quality_vs_retention:
@@ -23,8 +24,37 @@ rule figure_quality_vs_retention:
         code=package_code("figure_quality_vs_retention.py"),
         title="Answer quality vs KV cache kept",
         band_alpha=0.15,
+        highlight=highlighted_methods(),
+        strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_quality_vs_retention.py"
+
+
+# The appendix of a study of more than eight methods: every method in colour, one panel per family.
+rule figure_quality_by_family:
+    input:
+        summary=rules.aggregate.output.summary,
+    output:
+        png=report(
+            "results/figures/quality_by_family.png",
+            caption="../report/quality_by_family.rst",
+            category="Figures",
+            subcategory="Quality",
+        ),
+        svg="results/figures/quality_by_family.svg",
+        manifest="results/figures/quality_by_family.png.manifest.json",
+    log:
+        "logs/figures/quality_by_family.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_quality_by_family.py"),
+        title="Answer quality vs KV cache kept: every method, one panel per family",
+        band_alpha=0.15,
+        highlight=highlighted_methods(),
+    script:
+        "../scripts/figure_quality_by_family.py"
 
 
 rule figure_paired_scatter:
@@ -48,6 +78,8 @@ rule figure_paired_scatter:
         code=package_code("figure_paired_scatter.py"),
         title="Per example: method vs full cache",
         point_alpha=0.5,
+        highlight=highlighted_methods(),
+        strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_paired_scatter.py"
 
@@ -100,5 +132,7 @@ rule figure_question_change:
         band_alpha=0.15,
         seed=SEED,
         n_resamples=config["analysis"]["bootstrap_resamples"],
+        highlight=highlighted_methods(),
+        strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_question_change.py"

@@ -71,6 +71,7 @@ rule figure_perf:
         "../envs/analysis.yaml"
     params:
         code=package_code("perf_figure.py"),
+        labels=custom_labels(),
     script:
         "../scripts/perf_figure.py"
 

@@ -77,6 +77,7 @@ rule padding_probe_table:
         "../envs/analysis.yaml"
     params:
         code=package_code("padding_probe_table.py"),
+        labels=custom_labels(),
         seed=SEED,
         n_resamples=config["analysis"]["bootstrap_resamples"],
     script:
@@ -103,5 +104,6 @@ rule figure_padding_probe:
     params:
         code=package_code("figure_padding_probe.py"),
         title="Left padding: what each press lost, and how many pads it kept",
+        labels=custom_labels(),
     script:
         "../scripts/figure_padding_probe.py"

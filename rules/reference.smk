@@ -1,8 +1,9 @@
 # Figures and tables rebuilt from the committed reference runs (reference/<run>/, made on a GPU by the rules
 # above) with this checkout's own analysis code, on CPU in seconds:
 #   snakemake reference_figures --cores 1
-# A run contributes what it committed: its study tables (tables/summary.csv, tables/per_example.csv) and
-# its padding probe reports (probes/padding/<task>/<model>/<method>.json).
+# A run contributes what it committed: its study tables (tables/summary.csv, tables/per_example.csv: every
+# figure of the study's own, the appendix past eight methods, the question-mode figure where it ran two modes)
+# and its padding probe reports (probes/padding/<task>/<model>/<method>.json).
 
 
 rule reference_figures:
@@ -19,6 +20,39 @@ use rule figure_quality_vs_retention as reference_figure_quality_vs_retention wi
         manifest="results/reference/{run}/figures/quality_vs_retention.png.manifest.json",
     log:
         "logs/reference/{run}/figures/quality_vs_retention.log",
+
+
+use rule figure_quality_by_family as reference_figure_quality_by_family with:
+    input:
+        summary="reference/{run}/tables/summary.csv",
+    output:
+        png="results/reference/{run}/figures/quality_by_family.png",
+        svg="results/reference/{run}/figures/quality_by_family.svg",
+        manifest="results/reference/{run}/figures/quality_by_family.png.manifest.json",
+    log:
+        "logs/reference/{run}/figures/quality_by_family.log",
+
+
+use rule figure_paired_scatter as reference_figure_paired_scatter with:
+    input:
+        per_example="reference/{run}/tables/per_example.csv",
+    output:
+        png="results/reference/{run}/figures/paired_scatter.png",
+        svg="results/reference/{run}/figures/paired_scatter.svg",
+        manifest="results/reference/{run}/figures/paired_scatter.png.manifest.json",
+    log:
+        "logs/reference/{run}/figures/paired_scatter.log",
+
+
+use rule figure_batch_size as reference_figure_batch_size with:
+    input:
+        summary="reference/{run}/tables/summary.csv",
+    output:
+        png="results/reference/{run}/figures/batch_size.png",
+        svg="results/reference/{run}/figures/batch_size.svg",
+        manifest="results/reference/{run}/figures/batch_size.png.manifest.json",
+    log:
+        "logs/reference/{run}/figures/batch_size.log",
 
 
 use rule figure_question_change as reference_figure_question_change with:

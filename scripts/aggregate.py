@@ -24,7 +24,7 @@ with logging_to(job):
     score_files, cells, expected_n = ([values[i] for i in ran] for values in (score_files, cells, expected_n))
     summary = build_summary(
         score_files, cells, expected_n,
-        seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples,
+        seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples, labels=job.params.labels,
     )
     for line in flagged_cells(summary):
         logging.getLogger("kvcache_bench").warning("measured other than asked: %s", line)
@@ -32,7 +32,7 @@ with logging_to(job):
         logging.getLogger("kvcache_bench").warning("not run: %s: %s", cell["target"], "; ".join(cell["problems"]))
     with atomic_path(job.output.summary) as tmp:
         summary.to_csv(tmp, index=False)
-    per_example = per_example_frame(score_files, cells)
+    per_example = per_example_frame(score_files, cells, job.params.labels)
     with atomic_path(job.output.per_example) as tmp:
         per_example.to_csv(tmp, index=False)
     write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, not_run))

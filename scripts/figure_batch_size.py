@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.layout import log_layout
 from kvcache_bench.analysis.plots import batch_size_sensitivity, save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
@@ -9,5 +10,6 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     figure = batch_size_sensitivity(pd.read_csv(job.input.summary), title=job.params.title)
-    save_figure(figure, job.output.png, job.output.svg)
-    write_manifest(job.output.png, params_of(job), None)
+    layout = save_figure(figure, job.output.png, job.output.svg)
+    log_layout(layout, job.output.png)
+    write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.layout import log_layout
 from kvcache_bench.analysis.padding import padding_figure
 from kvcache_bench.analysis.plots import save_figure
 from kvcache_bench.manifest import write_manifest
@@ -9,6 +10,7 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
-    figure = padding_figure(pd.read_csv(job.input.table), title=job.params.title)
-    save_figure(figure, job.output.png, job.output.svg)
-    write_manifest(job.output.png, params_of(job), None)
+    figure = padding_figure(pd.read_csv(job.input.table), title=job.params.title, labels=job.params.labels)
+    layout = save_figure(figure, job.output.png, job.output.svg)
+    log_layout(layout, job.output.png)
+    write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -2,13 +2,16 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.layout import log_layout
 from kvcache_bench.analysis.plots import paired_scatter, save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
+    p = job.params
     per_example = pd.read_csv(job.input.per_example, dtype={"id": str})
-    figure = paired_scatter(per_example, title=job.params.title, point_alpha=job.params.point_alpha)
-    save_figure(figure, job.output.png, job.output.svg)
-    write_manifest(job.output.png, params_of(job), None)
+    figure = paired_scatter(per_example, title=p.title, point_alpha=p.point_alpha, highlight=list(p.highlight), labels=dict(p.highlight), strongest=p.strongest)
+    layout = save_figure(figure, job.output.png, job.output.svg)
+    log_layout(layout, job.output.png)
+    write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -1,13 +1,17 @@
-"""Snakemake adapter: quality vs KV cache kept, one line (with CI band) per method, full cache as reference."""
+"""Snakemake adapter: quality vs KV cache kept, the highlighted methods against the strongest and the classic baselines."""
 
 import pandas as pd
 
+from kvcache_bench.analysis.layout import log_layout
 from kvcache_bench.analysis.plots import quality_vs_retention, save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
 job = current_job(globals())
 with logging_to(job):
-    figure = quality_vs_retention(pd.read_csv(job.input.summary), title=job.params.title, band_alpha=job.params.band_alpha)
-    save_figure(figure, job.output.png, job.output.svg)
-    write_manifest(job.output.png, params_of(job), None)
+    p = job.params
+    figure = quality_vs_retention(pd.read_csv(job.input.summary), title=p.title, band_alpha=p.band_alpha,
+                                  highlight=list(p.highlight), labels=dict(p.highlight), strongest=p.strongest)
+    layout = save_figure(figure, job.output.png, job.output.svg)
+    log_layout(layout, job.output.png)
+    write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -10,6 +10,6 @@ with logging_to(job):
     table = padding_table(list(job.input.reports), seed=job.params.seed, n_resamples=job.params.n_resamples)
     with atomic_path(job.output.table) as tmp:
         table.to_csv(tmp, index=False)
-    write_text_atomic(job.output.markdown, padding_markdown(table))
+    write_text_atomic(job.output.markdown, padding_markdown(table, job.params.labels))
     for output in (job.output.table, job.output.markdown):
         write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(table)})

@@ -2,6 +2,7 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.layout import log_layout
 from kvcache_bench.analysis.plots import save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.plots import perf_vs_retention
@@ -9,6 +10,7 @@ from kvcache_bench.workflow import current_job, logging_to, params_of, settings_
 
 job = current_job(globals())
 with logging_to(job):
-    figure = perf_vs_retention(pd.read_csv(job.input.summary), settings_of(job).metric)
-    save_figure(figure, job.output.png, job.output.svg)
-    write_manifest(job.output.png, params_of(job), None)
+    figure = perf_vs_retention(pd.read_csv(job.input.summary), settings_of(job).metric, labels=job.params.labels)
+    layout = save_figure(figure, job.output.png, job.output.svg)
+    log_layout(layout, job.output.png)
+    write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -162,3 +162,75 @@ def test_full_cache_decoded_in_batches_is_compared_with_decoding_one_at_a_time(t
     decoded_together = summary[(summary["method"] == "full_cache") & (summary["decode_batch_size"] == 16)].iloc[0]
     assert decoded_together["diff_vs_full"] == -25.0
     assert row(summary, "knorm")["diff_vs_full"] == -25.0  # paired with full cache at the same decode batch
+
+
+def table_under(markdown: str, heading: str) -> list[list[str]]:
+    """The rows of the table under ``heading`` (header and rule left out), as lists of cells."""
+    section = markdown.split(heading, 1)[1].split("\n#", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")][2:]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in rows]
+
+
+def test_markdown_has_a_table_per_retention_best_first_with_the_full_cache_heading_each(tmp_path):
+    summary = summarize(tmp_path, [
+        (cell("full_cache", 1.0), scores_of([1, 1, 1, 1])),
+        (cell("full_cache", 1.0, batch_size=4), scores_of([1, 1, 1, 0])),
+        (cell("knorm", 0.5), scores_of([0, 0, 1, 1])),
+        (cell("snapkv", 0.5), scores_of([1, 1, 1, 0])),
+        (cell("snapkv", 0.5, mode="question_agnostic"), scores_of([0, 0, 0, 1])),
+        (cell("snapkv", 0.1), scores_of([0, 0, 0, 1])),
+        (cell("kv_quant_4bit", 1.0), scores_of([1, 1, 1, 1])),
+    ])
+    markdown = summary_markdown(summary)
+    assert markdown.index("### Full cache") < markdown.index("### 50% of the KV cache kept") < markdown.index("### 10% of")
+    assert markdown.index("### 10% of") < markdown.index("### Whole cache or their own budget")
+    half = table_under(markdown, "### 50% of the KV cache kept (2 methods)")
+    # the reference first, then SnapKV (75, before Knorm's 50) with its modes together, aware first
+    assert [(r[0], r[1], r[6]) for r in half] == [
+        ("Full cache", "question-aware", "100.00"), ("SnapKV", "question-aware", "75.00"),
+        ("SnapKV", "question-agnostic", "25.00"), ("Knorm", "question-aware", "50.00")]
+    assert [(r[0], r[3]) for r in table_under(markdown, "### Full cache")] == [("Full cache", "1"), ("Full cache", "4")]
+    assert [r[0] for r in table_under(markdown, "### Whole cache")] == ["Full cache", "KV quant (4-bit)"]
+
+
+def test_notes_flag_a_score_that_rises_as_less_is_kept_and_modes_far_apart_pointing_to_the_docs(tmp_path):
+    ones, zeros = scores_of([1.0] * 30), scores_of([0.0] * 30)
+    summary = summarize(tmp_path, [
+        (cell("full_cache", 1.0), ones),
+        (cell("pyramidkv", 0.5), zeros), (cell("pyramidkv", 0.1), ones),  # keeps less, scores more
+        (cell("plain_expected_attention", 0.5), zeros),
+        (cell("plain_expected_attention", 0.5, mode="question_agnostic"), ones),  # 100 points apart, aware below
+        (cell("knorm", 0.5), scores_of([0.5] * 30)), (cell("knorm", 0.1), scores_of([0.4] * 30)),  # nothing to note
+    ])
+    markdown = summary_markdown(summary)
+    notes = markdown.split("## Notes", 1)[1].split("\n## ", 1)[0]
+    assert "**PyramidKV scores higher as it keeps less** (longbench/qasper/llama; question-aware: 0.0 at 50%, 100.0 at 10%" in notes
+    assert "**Expected Attention (plain press) scores far lower question-aware than in the other modes**" in notes
+    assert 'docs/canary.md, "PyramidKV keeps more when asked to keep less"' in notes
+    assert 'docs/other-question.md, "A negative difference is not a gain from the other question"' in notes
+    assert "Knorm" not in notes
+    quiet = summarize(tmp_path, [(cell("full_cache", 1.0), ones), (cell("knorm", 0.5), ones)])
+    assert "## Notes" not in summary_markdown(quiet)
+
+
+def test_the_docs_the_notes_point_to_hold_the_sections_they_name():
+    from pathlib import Path
+
+    from kvcache_bench.analysis.aggregate import WHY
+
+    repo = Path(__file__).resolve().parents[1]
+    for why in WHY.values():
+        document, section = why.rsplit("(", 1)[1].rstrip(")").split(", ", 1)
+        assert section.strip('"') in (repo / document).read_text(), (document, section)
+
+
+def test_a_custom_press_is_named_by_its_label_in_the_csv_and_the_markdown(tmp_path):
+    files = [write_scores(tmp_path / "a.jsonl", scores_of([1, 1])), write_scores(tmp_path / "b.jsonl", scores_of([1, 0]))]
+    summary = build_summary(files, [cell("full_cache", 1.0), cell("value_norm", 0.5)], n_resamples=100,
+                            labels={"value_norm": "Value norm"})
+    assert list(summary["label"]) == ["Full cache", "Value norm"]
+    assert "| Value norm | question-aware | 50% |" in summary_markdown(summary)
+    from kvcache_bench.analysis.aggregate import per_example_frame
+
+    assert set(per_example_frame(files, [cell("full_cache", 1.0), cell("value_norm", 0.5)], {"value_norm": "Value norm"})["label"]) == {
+        "Full cache", "Value norm"}

@@ -36,6 +36,14 @@ def test_a_press_file_runs_end_to_end_and_an_edit_reruns_only_its_cells(workflow
     assert all(r["kept_tokens"] < r["pressed_tokens"] for r in records)  # it really evicted
     properties = json.loads((workflow_copy / "results/checks/methods/value_norm.json").read_text())
     assert properties["removes_tokens"] and not properties["masks_slots"]
+    # its label names it in every table, and the figures draw it bold (figures.highlight's default: custom presses)
+    summary = (workflow_copy / "results/tables/summary.csv").read_text()
+    assert ",value_norm,question_aware,0.5,1,1,Value norm," in summary
+    for table in ("summary.md", "ranking.md"):
+        assert "| Value norm |" in (workflow_copy / "results/tables" / table).read_text(), table
+    figure = json.loads((workflow_copy / "results/figures/quality_vs_retention.png.manifest.json").read_text())
+    assert figure["params"]["highlight"] == {"full_cache": "Full cache", "value_norm": "Value norm"}
+    assert figure["layout"]["problems"] == []
 
     with open(workflow_copy / "presses/value_norm.py", "a") as handle:
         handle.write("\n# a researcher's edit\n")

@@ -187,15 +187,41 @@ def _job(stage="perf", method="snapkv", retention=0.5, runs=4, prompt=4096, new=
                 batch_size=1, runs=runs, prompt_tokens=prompt, max_context_tokens=127500, new_tokens=new)
 
 
-def test_plan_uses_stated_defaults_without_records():
+def plan_stats(text: str) -> dict[str, tuple[int, float]]:
+    """The plan's 'Job stats' table: {stage: (jobs, GPU-hours)}."""
+    table = text.split("Job stats (the study's jobs):\n", 1)[1].split("\n")[1:]
+    stats = {}
+    for line in table:
+        cells = line.split()
+        if len(cells) < 3 or not cells[1].isdigit():
+            break
+        stats[cells[0]] = (int(cells[1]), float(cells[2]))
+    return stats
+
+
+def plan_line(text: str, method: str, retention: float = 0.5) -> dict[str, str]:
+    """One job's line of the plan, by its header's columns."""
+    lines = text.splitlines()
+    header = lines[0]
+    columns = header.split()
+    for line in lines[1:]:
+        cells = line.split(None, len(columns) - 1)
+        if len(cells) == len(columns) and cells[2] == method and cells[4] == f"{retention * 100:.0f}%":
+            return dict(zip(columns, cells))
+    raise AssertionError(f"no line for {method} {retention}")
+
+
+def test_plan_uses_stated_defaults_without_records_and_lists_the_opt_in_perf_pass_apart():
     defaults = {"load_s": 30.0, "prefill_tokens_per_s": 4096.0, "decode_s_per_token": 0.02, "prompt_tokens": 8192}
     text = plan.plan_report([_job(), _job(stage="generate", runs=200, prompt=None)], [], defaults=defaults, exists=lambda p: False)
     perf_hours = (30 + 4 * (1.0 + 63 * 0.02)) / 3600
     generate_hours = (30 + 200 * (2.0 + 63 * 0.02)) / 3600
-    assert f"perf           1 {perf_hours:>10.3f}" in text
-    assert f"generate       1 {generate_hours:>10.3f}" in text
-    assert f"total          2 {perf_hours + generate_hours:>10.3f}" in text
-    assert "~8192" in text and "defaults" in text
+    stats = plan_stats(text)
+    assert stats == {"generate": (1, pytest.approx(generate_hours, abs=5e-4)), "total": (1, pytest.approx(generate_hours, abs=5e-4))}
+    assert f"Opt-in, not in the total: perf 1 jobs, {perf_hours:.3f} GPU-hours (snakemake perf_all)." in text
+    line = plan_line(text, "snapkv")
+    assert line["tokens"] in ("4096", "~8192") and line["estimate"] == "unmeasured: defaults"
+    assert "~8192" in text and "1 jobs, " in text.split("Job stats")[1]  # the defaults' share, said in the table
 
 
 def test_plan_estimates_from_measured_records_of_a_same_shaped_model():
@@ -204,14 +230,51 @@ def test_plan_estimates_from_measured_records_of_a_same_shaped_model():
         _record("snapkv", 0.5, model="llama-shape", context_tokens=16384, ttft_s=2.0, itl_mean_s=0.03),
         _record("full_cache", 1.0, model="llama-shape", context_tokens=4096, ttft_s=0.5, itl_mean_s=0.04),
     ]
-    jobs = [_job(prompt=8000, output="a"), _job(method="knorm", retention=0.1, output="b"), _job(output="done")]
+    jobs = [_job(stage="generate", prompt=8000, output="a"), _job(stage="generate", method="knorm", retention=0.1, output="b"),
+            _job(stage="generate", output="done")]
     text = plan.plan_report(jobs, records, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"}, defaults={"load_s": 0},
                             exists=lambda path: path == "done")
     snapkv_hours = 4 * (0.4 * 8000 / 4096 + 63 * 0.025) / 3600  # nearest measured context: 4096
     knorm_hours = 4 * (0.5 + 63 * 0.04) / 3600  # no knorm record: the model's full cache
-    assert f"{snapkv_hours:>8.4f}  measured llama-shape on NVIDIA H200" in text
-    assert f"{knorm_hours:>8.4f}  measured llama-shape on NVIDIA H200 (full cache)" in text
-    assert "Already done (not counted): 1" in text and f"total          2 {snapkv_hours + knorm_hours:>10.3f}" in text
+    snap = plan_line(text, "snapkv")
+    assert (snap["GPU-h"], snap["estimate"]) == (f"{snapkv_hours:.4f}", "measured llama-shape on NVIDIA H200")
+    assert plan_line(text, "knorm", 0.1)["estimate"] == "measured llama-shape on NVIDIA H200 (full cache)"
+    assert "Already done (not counted): 1" in text
+    assert plan_stats(text)["total"] == (2, pytest.approx(snapkv_hours + knorm_hours, abs=5e-4))
+
+
+def test_an_eager_attention_job_is_priced_from_eager_records_or_said_unpriced_never_from_sdpa_ones():
+    sdpa = [_record("snapkv", 0.5, model="llama-shape", ttft_s=0.4, itl_mean_s=0.025)]
+    h2o = {**_job(stage="generate", method="h2o", output="h"), "attention": "eager"}
+    snap = {**_job(stage="generate", output="s"), "attention": "sdpa"}
+    text = plan.plan_report([h2o, snap], sdpa, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"}, defaults={"load_s": 0},
+                            exists=lambda p: False)
+    line = plan_line(text, "h2o")
+    assert line["GPU-h"] == "-" and line["attention"] == "eager"
+    assert line["estimate"] == "cannot price: llama-shape was measured with sdpa attention only, not eager"
+    assert plan_stats(text)["total"] == (2, pytest.approx(4 * (0.4 + 63 * 0.025) / 3600, abs=5e-4))  # h2o's hours left out
+    assert "Not priced: 1 jobs" in text and "h2o (eager attention, batch 1 decode 1) on llama-3.1-8b-instruct" in text
+    exact = sdpa + [_record("h2o", 0.5, model="llama-shape", ttft_s=0.9, itl_mean_s=0.05)]  # an h2o record ran eager
+    text = plan.plan_report([h2o], exact, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"}, defaults={"load_s": 0},
+                            exists=lambda p: False)
+    assert plan_line(text, "h2o")["GPU-h"] == f"{4 * (0.9 + 63 * 0.05) / 3600:.4f}"
+
+
+def test_a_measured_model_at_an_unmeasured_batch_size_is_said_unpriced_not_guessed_from_the_defaults():
+    records = [_record("full_cache", 1.0, model="llama-shape")]
+    batch_4 = {**_job(stage="generate", method="full_cache", retention=1.0, output="f"), "batch_size": 4}
+    text = plan.plan_report([batch_4], records, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"}, exists=lambda p: False)
+    assert plan_line(text, "full_cache", 1.0)["estimate"] == "cannot price: llama-shape was measured at batch 1 decode 1 only, not batch 4 decode 1"
+
+
+def test_the_plans_columns_line_up_whatever_the_method_names():
+    jobs = [_job(stage="generate", method=m, output=m) for m in ("knorm", "plain_expected_attention", "critical_adakv_expected_attention")]
+    lines = plan.plan_report(jobs, [], exists=lambda p: False).splitlines()
+    header, rows = lines[0], lines[1:4]
+    for column in ("attention", "kept", "GPU-h", "estimate"):
+        ends = {line.index(cell) + len(cell) if column in ("kept", "GPU-h") else line.index(cell)
+                for line, cell in [(header, column)] + [(row, row.split()[header.split().index(column)]) for row in rows]}
+        assert len(ends) == 1, (column, lines[:4])  # every row's cell starts (text) or ends (numbers) where its header does
 
 
 def test_plan_wants_one_gpu_model_and_prefers_real_records():
@@ -279,12 +342,14 @@ def test_decode_batched_generate_jobs_are_planned_from_records_at_their_decode_b
     ]
     batched = {**_job(stage="generate", prompt=5000, output="a"), "decode_batch_size": 32}
     other_method = {**batched, "method": "knorm", "output": "b"}
-    alone = {**_job(stage="generate", prompt=4096, output="c"), "decode_batch_size": 1}
+    alone = {**_job(stage="generate", method="tova", prompt=4096, output="c"), "decode_batch_size": 1}
     text = plan.plan_report([batched, other_method, alone], records, same_cost_as={"llama-3.1-8b-instruct": "llama-shape"},
                             defaults={"load_s": 0}, exists=lambda path: False)
-    assert f"{4 * 0.25 / 3600:>8.4f}  measured llama-shape on NVIDIA H200 at decode batch 32" in text
-    assert f"{4 * 0.25 / 3600:>8.4f}  measured llama-shape on NVIDIA H200 (snapkv 50%) at decode batch 32" in text
-    assert f"{4 * (0.4 + 63 * 0.025) / 3600:>8.4f}  measured llama-shape on NVIDIA H200\n" in text
+    snap = plan_line(text, "snapkv")
+    assert (snap["GPU-h"], snap["estimate"]) == (f"{4 * 0.25 / 3600:.4f}", "measured llama-shape on NVIDIA H200 at decode batch 32")
+    assert plan_line(text, "knorm")["estimate"] == "measured llama-shape on NVIDIA H200 (snapkv 50%) at decode batch 32"
+    # one at a time, a cell is priced from its own method's record or the full cache's, not another press's
+    assert plan_line(text, "tova")["estimate"] == "cannot price: no record of tova or the full cache on llama-shape at batch 1 decode 1"
 
 
 def test_the_plan_counts_one_load_per_model_worker_not_per_cell():
@@ -294,7 +359,7 @@ def test_the_plan_counts_one_load_per_model_worker_not_per_cell():
         cell["worker"] = worker
     text = plan.plan_report(cells, [], defaults=defaults, exists=lambda p: False)
     work = 3 * 10 * (1.0 + 63 * 0.02)
-    assert f"generate       3 {(work + 2 * 30) / 3600:>10.3f}" in text  # two workers, two loads
+    assert plan_stats(text)["generate"] == (3, pytest.approx((work + 2 * 30) / 3600, abs=5e-4))  # two workers, two loads
     assert "one per model worker (2:" in text
 
 

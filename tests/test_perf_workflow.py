@@ -42,7 +42,8 @@ def test_plan_then_perf_all_then_plan_again(small_perf_study):
     perf_lines = [line for line in before.stdout.splitlines() if line.startswith("perf ") and "canary" in line]
     # full cache at batch 1 and 2, knorm at batch 1; knorm at batch 2 is refused, so never planned.
     assert len(perf_lines) == 3 and all(line.endswith("defaults") for line in perf_lines)
-    assert "generate      26" in before.stdout and "Already done (not counted): 0" in before.stdout
+    assert "generate    26" in before.stdout and "Already done (not counted): 0" in before.stdout
+    assert "Opt-in, not in the total: perf 3 jobs" in before.stdout  # the perf pass is listed apart from the study
 
     run = _snakemake(workdir, "perf_all", "--configfile", "perf_small.yaml", "--cores", "2", "--keep-going")
     assert run.returncode != 0  # the refused cell's check fails, loudly ...

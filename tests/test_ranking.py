@@ -63,3 +63,16 @@ def test_each_question_mode_is_ranked_apart_and_small_cells_are_warned_about():
     assert "## longbench / qasper / llama · question-agnostic (qa_f1 x100)" in markdown
     assert "## longbench / qasper / llama · question-aware (qa_f1 x100)" in markdown
     assert "4 of 4 cells have fewer than 30 examples" in markdown
+
+
+def test_a_custom_press_is_ranked_under_its_label_and_modes_come_in_reading_order():
+    summary = pd.DataFrame([
+        {**row("full_cache", 1.0, 50.0), "label": "Full cache"}, {**row("value_norm", 0.5, 45.0, -5.0), "label": "Value norm"},
+        {**row("full_cache", 1.0, 50.0, mode="other_question"), "label": "Full cache"},
+        {**row("full_cache", 1.0, 50.0, mode="question_agnostic"), "label": "Full cache"},
+    ])
+    markdown = ranking_markdown(summary)
+    assert [r[1:3] for r in table_rows(markdown, "### 50% of the KV cache kept (1 methods)")] == [
+        ["Full cache", "baseline"], ["Value norm", "custom"]]
+    headings = [line for line in markdown.splitlines() if line.startswith("## ")]
+    assert [h.split(" · ")[1].split(" ")[0] for h in headings] == ["question-aware", "question-agnostic", "other-question"]

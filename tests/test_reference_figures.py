@@ -43,10 +43,21 @@ def test_reference_figures_rebuild_from_the_committed_runs(workflow_copy):
     dry = planned_jobs(run_snakemake(workflow_copy, "reference_figures", "-n", check=True).stdout)
     runs_with_tables = [p.parent.parent.name for p in REPO_REFERENCE.glob("*/tables/summary.csv")]
     assert dry.get("reference_figure_quality_vs_retention") == len(runs_with_tables)
+    assert dry.get("reference_figure_batch_size") == dry.get("reference_figure_paired_scatter") == len(runs_with_tables)
+    assert dry.get("reference_figure_quality_by_family") == 1  # the needle grid: 14 presses, past eight
     run_snakemake(workflow_copy, "reference_figures", "--cores", "1", check=True)
     for run in runs_with_tables:
         png = workflow_copy / "results/reference" / run / "figures/quality_vs_retention.png"
-        assert png.stat().st_size > 10_000 and png.with_name(png.name + ".manifest.json").exists()
+        assert png.stat().st_size > 5_000 and png.with_name(png.name + ".manifest.json").exists()
+    # every figure it draws keeps the layout rules (kvcache_bench/analysis/layout.py), recorded in its manifest
+    drawn = sorted((workflow_copy / "results/reference").rglob("*.png"))
+    assert len(drawn) >= 3 * len(runs_with_tables)
+    for png in drawn:
+        layout = json.loads(png.with_name(png.name + ".manifest.json").read_text())["layout"]
+        assert layout["problems"] == [] and layout["width_px"] <= 2400, (png, layout["problems"])
+    # the question-mode run: one block of rows per retention, readable (not a cluster of dots at one x)
+    question = workflow_copy / "results/reference/h200-smollm2-other-question/figures/question_change.png"
+    assert json.loads(question.with_name(question.name + ".manifest.json").read_text())["layout"]["height_px"] > 1500
     committed = sorted(REPO_REFERENCE.glob("*/tables/padding_probe/*/*.csv"))
     for table in committed:
         run, relative = table.relative_to(REPO_REFERENCE).parts[0], table.relative_to(REPO_REFERENCE / table.relative_to(REPO_REFERENCE).parts[0])

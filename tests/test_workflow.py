@@ -99,6 +99,22 @@ def test_demo_end_to_end_produces_table_and_figure(demo_run):
     assert 0.2 < record["effective_retention"] < 0.3
 
 
+def test_every_figure_the_demo_draws_keeps_the_layout_rules(demo_run):
+    """No text over text, none off the figure, none under 8 pt, at most 2,400 px wide: measured by matplotlib's
+    renderer when the figure was saved (kvcache_bench/analysis/layout.py), recorded in its manifest."""
+    from matplotlib.image import imread
+
+    figures = sorted((demo_run / "results/figures").rglob("*.png"))
+    assert {p.stem for p in figures} >= {"quality_vs_retention", "paired_scatter", "batch_size", "question_change"}
+    for png in figures:
+        layout = json.loads(png.with_name(png.name + ".manifest.json").read_text())["layout"]
+        assert layout["problems"] == [], (png.name, layout["problems"])
+        height, width = imread(png).shape[:2]
+        assert (layout["width_px"], layout["height_px"]) == (width, height) and width <= 2400, png.name
+    # the demo's full cache scores 100 on every example: its paired scatter is that sentence, not 24 columns of points
+    assert json.loads((demo_run / "results/figures/paired_scatter.png.manifest.json").read_text())["layout"]["height_px"] < 400
+
+
 def test_every_output_carries_a_manifest(demo_run):
     results = demo_run / "results"
     outputs = [p for p in results.rglob("*") if p.is_file() and p.suffix in {".jsonl", ".csv", ".png"}]
@@ -134,6 +150,7 @@ def test_the_all_methods_demo_plans_every_method_that_runs_offline(workflow_copy
     jobs = planned_jobs(result.stdout)
     assert jobs["generate"] == jobs["score"] == jobs["check_config"] == jobs["check_method"] == len(offline)
     assert jobs["ranking"] == 1 and jobs["figure_quality_vs_retention"] == 1
+    assert jobs["figure_quality_by_family"] == 1  # past eight methods, the appendix draws every one by family
 
 
 def test_a_decoding_press_runs_with_a_budget_its_answers_reach_and_is_refused_at_kvpress_defaults(workflow_copy):
@@ -185,3 +202,10 @@ def test_a_dry_run_says_what_a_masking_press_will_do_before_any_job(workflow_cop
     assert f"refused target {refused}, not run" in result.stderr and "masks slots per head" in result.stderr
     # the full cache at batch 1 and 4 in both modes, and kvzip question-aware only
     assert planned_jobs(result.stdout)["generate"] == 5
+
+
+def test_a_highlighted_method_that_is_no_method_is_refused_naming_the_closest(workflow_copy):
+    write_config(workflow_copy, "config/demo.yaml", "typo.yaml", figures={"highlight": ["snapkvv"]})
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/typo.yaml")
+    assert result.returncode != 0
+    assert "figures.highlight names 'snapkvv', which is no method; did you mean 'snapkv'?" in result.stdout + result.stderr

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import _interval, _round, bootstrap_mean_ci, retention_percent, rng_for
-from kvcache_bench.methods.registry import method_label
+from kvcache_bench.analysis.versus import labeller
 
 PADDING_COLUMNS = [
     "task", "method", "retention", "batch_size", "examples", "changed_answers",
@@ -63,7 +63,9 @@ def padding_table(report_paths: list[str], seed: int = 0, n_resamples: int = 10_
     return pd.DataFrame(rows, columns=PADDING_COLUMNS).sort_values(["task", "method"], ignore_index=True)
 
 
-def padding_markdown(table: pd.DataFrame) -> str:
+def padding_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None) -> str:
+    """The table for reading; ``labels`` names the config's custom presses (built-ins name themselves)."""
+    label = labeller(labels=labels)
     lines = [
         "# Left padding: each press at batch 1 vs on left-padded batches", "",
         "The same prompts through the batching harness (`model.generate` under the press, question-aware), alone "
@@ -75,35 +77,35 @@ def padding_markdown(table: pd.DataFrame) -> str:
     ]
     for r in table.itertuples():
         lines.append(
-            f"| {method_label(r.method)} | {retention_percent(r.retention)} | {r.examples} | {r.changed_answers} | "
+            f"| {label(r.method)} | {retention_percent(r.retention)} | {r.examples} | {r.changed_answers} | "
             f"{r.score_batch_1:.1f} | {r.score_padded_batch:.1f} | {r.diff:+.1f} {_interval(r.diff_ci_low, r.diff_ci_high)} | "
             f"{r.mean_pads_per_padded_row:.0f} | {r.mean_pads_kept:.1f} | {r.max_pads_kept:.0f} | {r.share_of_pads_kept:.0%} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def padding_figure(table: pd.DataFrame, title: str | None = None):
+def padding_figure(table: pd.DataFrame, title: str | None = None, labels: dict[str, str] | None = None):
     """Left: score change with its interval per method; right: share of the pads each press kept."""
     import matplotlib.pyplot as plt
 
-    from kvcache_bench.analysis.plots import method_style
+    from kvcache_bench.analysis.plots import STYLE, method_style
 
+    label = labeller(labels=labels)
     table = table.sort_values("diff", ignore_index=True)
-    labels = [method_label(m) for m in table["method"]]
     colours = [method_style(m)["color"] for m in table["method"]]
     positions = np.arange(len(table))
-    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 0.45 * len(table) + 1.6), sharey=True)
-    errors = np.array([table["diff"] - table["diff_ci_low"], table["diff_ci_high"] - table["diff"]])
-    left.barh(positions, table["diff"], xerr=errors, color=colours, capsize=3)
-    left.axvline(0, color="black", linewidth=0.8)
-    left.set_yticks(positions, labels)
-    left.set_xlabel("score change, padded batch - batch 1 (x100, 95% CI)")
-    right.barh(positions, 100 * table["share_of_pads_kept"], color=colours)
-    right.set_xlim(0, 100)
-    right.set_xlabel("pads kept in padded rows' caches (% of the pads present)")
-    for y, (mean, peak) in enumerate(zip(table["mean_pads_kept"], table["max_pads_kept"])):
-        right.text(1, y, f"{mean:.0f} per layer (max {peak:.0f})", va="center", fontsize=8)
-    if title:
-        figure.suptitle(title)
-    figure.tight_layout()
+    with plt.rc_context(STYLE):  # the figures' font sizes: nothing under the layout rules' 8 pt
+        figure, (left, right) = plt.subplots(1, 2, figsize=(11, 0.45 * len(table) + 1.6), sharey=True, layout="constrained")
+        errors = np.array([table["diff"] - table["diff_ci_low"], table["diff_ci_high"] - table["diff"]])
+        left.barh(positions, table["diff"], xerr=errors, color=colours, capsize=3)
+        left.axvline(0, color="black", linewidth=0.8)
+        left.set_yticks(positions, [label(m) for m in table["method"]])
+        left.set_xlabel("score change, padded batch - batch 1 (x100, 95% CI)")
+        right.barh(positions, 100 * table["share_of_pads_kept"], color=colours)
+        right.set_xlim(0, 100)
+        right.set_xlabel("pads kept in padded rows' caches (% of the pads present)")
+        for y, (mean, peak) in enumerate(zip(table["mean_pads_kept"], table["max_pads_kept"])):
+            right.text(1, y, f"{mean:.0f} per layer (max {peak:.0f})", va="center", fontsize=8)
+        if title:
+            figure.suptitle(title)
     return figure

@@ -20,8 +20,9 @@ from kvcache_bench.analysis.aggregate import (
     retention_percent,
 )
 from kvcache_bench.analysis.measured import cell_warnings
+from kvcache_bench.analysis.versus import labeller, modes_in_order
 from kvcache_bench.methods.catalogue import CUSTOM
-from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
+from kvcache_bench.methods.registry import FULL_RETENTION, METHODS
 
 GROUP = ["dataset", "task", "model", "question_mode"]
 
@@ -53,14 +54,14 @@ def _interval(low, high) -> str:
     return "" if pd.isna(low) else f"[{low:.2f}, {high:.2f}]"
 
 
-def _table(rows: pd.DataFrame, full: pd.Series | None) -> list[str]:
+def _table(rows: pd.DataFrame, full: pd.Series | None, label) -> list[str]:
     lines = [
         "| rank | method | family | n | score | 95% CI | Δ vs full cache | 95% CI (paired) | vs full cache | KV kept (measured) | flags |",
         "|---:|---|---|---:|---:|---|---:|---|---|---:|---|",
     ]
     if full is not None:
         lines.append(
-            f"| ref | {method_label(BASELINE_METHOD)} | {family_of(BASELINE_METHOD)} | {full.n} | {full.score:.2f} | "
+            f"| ref | {label(BASELINE_METHOD)} | {family_of(BASELINE_METHOD)} | {full.n} | {full.score:.2f} | "
             f"{_interval(full.ci_low, full.ci_high)} |  |  |  |  |  |"
         )
     for row in rows.itertuples():
@@ -72,7 +73,7 @@ def _table(rows: pd.DataFrame, full: pd.Series | None) -> list[str]:
         if not pd.isna(row.diff_vs_full) and row.n_paired < row.n:
             flags.append(f"paired on {row.n_paired}")
         lines.append(
-            f"| {row.rank} | {method_label(row.method)} | {family_of(row.method)} | {row.n} | {row.score:.2f} | "
+            f"| {row.rank} | {label(row.method)} | {family_of(row.method)} | {row.n} | {row.score:.2f} | "
             f"{_interval(row.ci_low, row.ci_high)} | {diff} | {_interval(row.diff_ci_low, row.diff_ci_high)} | "
             f"{verdict(row)} | {kept} | {', '.join(flags)} |"
         )
@@ -80,7 +81,9 @@ def _table(rows: pd.DataFrame, full: pd.Series | None) -> list[str]:
 
 
 def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
-    """The ranking tables people read, from the aggregate summary (``results/tables/summary.csv``)."""
+    """The ranking tables people read, from the aggregate summary (``results/tables/summary.csv``), each method
+    under its label (a custom press's ``label`` is a column of the summary)."""
+    label = labeller(summary)
     lines = ["# Methods ranked at each retention", ""]
     lines.append(
         f"Ranked by mean score (the task's metric x100, {CONFIDENCE:.0%} bootstrap interval); ties share a rank. "
@@ -98,7 +101,7 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
     if not incomplete.empty:
         lines += [
             f"> **{len(incomplete)} incomplete cells are not ranked:** " + "; ".join(
-                f"{method_label(r.method)} {retention_percent(r.retention)} {r.question_mode} ({r.n} of {r.expected_n})"
+                f"{label(r.method)} {retention_percent(r.retention)} {r.question_mode} ({r.n} of {r.expected_n})"
                 for r in incomplete.itertuples()
             ) + ".",
             "",
@@ -113,7 +116,9 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
         ]
     if frame.empty:
         return "\n".join(lines + ["No complete batch-1 cells to rank.", ""])
-    for (dataset, task, model, mode), group in frame.groupby(GROUP, sort=True):
+    # question modes in the order a reader compares them (aware, agnostic, other, same), not alphabetical
+    groups = sorted(frame.groupby(GROUP, sort=True), key=lambda item: (item[0][:3], modes_in_order(frame["question_mode"]).index(item[0][3])))
+    for (dataset, task, model, mode), group in groups:
         metric = group["metric"].iloc[0]
         full_rows = group[group["method"] == BASELINE_METHOD]
         full = full_rows.iloc[0] if not full_rows.empty else None
@@ -123,9 +128,9 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
         for retention in retentions:
             at = others[others["retention"] == retention]
             lines += [f"### {retention_percent(retention)} of the KV cache kept ({len(at)} methods)", ""]
-            lines += _table(ranked(at), full) + [""]
+            lines += _table(ranked(at), full, label) + [""]
         whole = others[others["retention"] == FULL_RETENTION]
         if not whole.empty:
             lines += [f"### Whole cache or their own budget (retention 1.0; {len(whole)} methods)", ""]
-            lines += _table(ranked(whole), full) + [""]
+            lines += _table(ranked(whole), full, label) + [""]
     return "\n".join(lines)

@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from kvcache_bench.analysis.plots import method_style  # noqa: E402
-from kvcache_bench.methods.registry import METHODS, method_label  # noqa: E402
+from kvcache_bench.analysis.plots import STYLE, method_style, methods_in_order  # noqa: E402
+from kvcache_bench.analysis.versus import labeller  # noqa: E402
 from kvcache_bench.perf.tables import require_one_hardware  # noqa: E402
 
 
@@ -37,8 +37,13 @@ METRICS = {
 }
 
 
-def perf_vs_retention(summary: pd.DataFrame, metric: str):
-    """The figure for ``metric`` (peak_memory, itl or energy_per_token)."""
+def perf_vs_retention(summary: pd.DataFrame, metric: str, labels: dict[str, str] | None = None):
+    """The figure for ``metric`` (peak_memory, itl or energy_per_token); ``labels`` names the custom presses."""
+    with plt.rc_context(STYLE):  # the figures' font sizes: nothing under the layout rules' 8 pt
+        return _perf_vs_retention(summary, metric, labeller(labels=labels))
+
+
+def _perf_vs_retention(summary: pd.DataFrame, metric: str, label):
     backend, gpu = require_one_hardware(summary, f"the {metric} figure")
     title, values_of = METRICS[metric]
     frame = summary.copy()
@@ -46,28 +51,27 @@ def perf_vs_retention(summary: pd.DataFrame, metric: str):
     panels = sorted(frame.groupby(["model", "context_tokens"]).groups)
     n_cols = min(3, len(panels))
     n_rows = math.ceil(len(panels) / n_cols)
-    figure, axes = plt.subplots(n_rows, n_cols, figsize=(5 * n_cols, 3.8 * n_rows), squeeze=False)
-    compressed = [m for m in METHODS if m != "full_cache" and m in set(frame["method"])]
+    figure, axes = plt.subplots(n_rows, n_cols, figsize=(5 * n_cols, 3.8 * n_rows), squeeze=False, layout="constrained")
+    compressed = methods_in_order(frame["method"])  # custom presses too, after the catalogue's
     for index, (model, context) in enumerate(panels):
         ax = axes[index // n_cols][index % n_cols]
         panel = frame[(frame["model"] == model) & (frame["context_tokens"] == context) & (frame["batch_size"] == 1)]
         full = panel[panel["method"] == "full_cache"]
         if not full.empty:
             ax.axhline(full["value"].iloc[0], color=method_style("full_cache")["color"], linestyle="--", linewidth=1.2,
-                       label=method_label("full_cache"))
+                       label=label("full_cache"))
         for method in compressed:
             line = panel[panel["method"] == method].sort_values("retention")
             if not line.empty:
-                ax.plot(line["retention"] * 100, line["value"], label=method_label(method), **method_style(method))
+                ax.plot(line["retention"] * 100, line["value"], label=label(method), **method_style(method))
         ax.set_xlabel("KV cache kept (% of prompt tokens)")
         ax.set_ylabel(ylabel)
-        ax.set_title(f"{model} · {int(context)} tokens", fontsize=9)
+        ax.set_title(f"{model} · {int(context)} tokens")
         ax.set_xlim(0, 105)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        ax.legend()
     for index in range(len(panels), n_rows * n_cols):
         axes[index // n_cols][index % n_cols].set_visible(False)
     hardware = "FAKE hardware backend (CPU): plumbing only, not GPU costs" if backend == "fake" else gpu
-    figure.suptitle(f"{title}\n{hardware}", fontsize=10)
-    figure.tight_layout()
+    figure.suptitle(f"{title}\n{hardware}")
     return figure

@@ -1,0 +1,16 @@
+"""Snakemake adapter: the appendix, every method in colour, one panel per method family."""
+
+import pandas as pd
+
+from kvcache_bench.analysis.layout import log_layout
+from kvcache_bench.analysis.plots import quality_by_family, save_figure
+from kvcache_bench.manifest import write_manifest
+from kvcache_bench.workflow import current_job, logging_to, params_of
+
+job = current_job(globals())
+with logging_to(job):
+    p = job.params
+    figure = quality_by_family(pd.read_csv(job.input.summary), title=p.title, band_alpha=p.band_alpha, highlight=list(p.highlight), labels=dict(p.highlight))
+    layout = save_figure(figure, job.output.png, job.output.svg)
+    log_layout(layout, job.output.png)
+    write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})
