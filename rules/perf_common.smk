@@ -2,11 +2,21 @@
 
 PERF = config["perf"]
 PERF_PATTERN = study.PERF_PATTERN
-PERF_CELLS, REFUSED_PERF_CELLS = study.split_by_check(study.requested_perf_cells(config), problems_of)
+# Judged as the study's cells are (rules/common.smk: cell_problems): a refused perf cell is printed before any job
+# and not planned; a cell only its check job refuses (a custom press) fails its perf job, naming why.
+PERF_CELLS, REFUSED_PERF_CELLS = study.split_by_check(study.requested_perf_cells(config), cell_problems)
 
 
-def refused_perf_checks():
-    return sorted({cell_path("checks", cell, ".ok") for cell in REFUSED_PERF_CELLS})
+def announce_refused_perf_cells():
+    if not workflow.is_main_process:
+        return
+    for cell in REFUSED_PERF_CELLS:
+        typed = study.typed_cell({key: value for key, value in cell.items() if key != "context"})
+        target = f"{Cell(**typed).target} (context {cell['context']})"
+        print(f"refused perf target {target}, not run: {'; '.join(cell_problems(typed))}", file=sys.stderr)
+
+
+announce_refused_perf_cells()
 
 
 def perf_record_files():
@@ -18,7 +28,7 @@ PERF_FIGURES = ["peak_memory", "itl", "energy_per_token"]
 
 def perf_outputs():
     figures = [f"results/figures/perf_{name}_vs_retention.{ext}" for name in PERF_FIGURES for ext in ("png", "svg")]
-    return refused_perf_checks() + ["results/tables/perf_summary.csv"] + figures
+    return ["results/tables/perf_summary.csv"] + figures
 
 
 def perf_inputs(wildcards):

@@ -1,6 +1,7 @@
 """Snakemake adapter: measure one (model, method, retention, context length, batch) perf cell."""
 
 from kvcache_bench.generation.gpu_job import gpu_job
+from kvcache_bench.generation.not_run import refusal_of
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.runs import PerfCell, PerfSettings, run_perf_job
@@ -8,6 +9,8 @@ from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())
 p = settings_of(job)
+if refused := refusal_of(job):  # its check job refused it: a perf record of a refused cell would time nothing meant
+    raise SystemExit("refused perf target (its check job):\n" + "\n".join(f"  - {problem}" for problem in refused))
 # contexts cut from documents need the tokenizer; filler contexts are token ids (a built shape may have none)
 with gpu_job(job, tokenizer=p.context_source == "dataset") as entered:
     records, accounting = run_perf_job(
