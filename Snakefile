@@ -41,8 +41,11 @@ include: "rules/train.smk"
 include: "rules/report.smk"
 include: "rules/probes.smk"
 include: "rules/reference.smk"
+include: "rules/needle_common.smk"
+include: "rules/needle.smk"
 
 
 rule all:
     input:
         final_outputs(),
+        needle_figures(),
