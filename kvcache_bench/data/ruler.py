@@ -198,45 +198,60 @@ def _sha256(path: Path) -> str:
 
 
 def _run(command: list[str], env: dict, task: RulerTask, max_seq_length: int, timeout_s: float, stall_s: float, log) -> None:
-    """Run the script, its output into the log; stop it at qa.py's endless loop, when it prints nothing for
-    ``stall_s`` (its sampling loops retry silently forever when the length is too short for the task, as
-    variable_tracking.py does at 512 tokens), or past ``timeout_s``."""
+    """Run the script, its output into the log; stop it at qa.py's endless loop, when it prints nothing new for
+    ``stall_s`` (its sampling loops retry forever when the length is too short for the task, silently or, as
+    variable_tracking.py at 512 tokens, printing the same line each time), or past ``timeout_s``."""
     import queue
     import threading
 
     lines: list[str] = []
-    started = time.monotonic()
-    with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tempfile.gettempdir()) as process:
-        printed: queue.Queue = queue.Queue()
-        threading.Thread(target=lambda: [printed.put(x) for x in process.stdout] + [printed.put(None)], daemon=True).start()
-        try:
-            while True:
-                try:
-                    line = printed.get(timeout=stall_s)
-                except queue.Empty:
-                    raise RulerError(
-                        f"RULER's {task.script.name} printed nothing for {stall_s:.0f} s making {task.name} at max_seq_length="
-                        f"{max_seq_length}: its sampling loop retries forever when the task does not fit the length. "
-                        f"Choose a larger max_seq_length. Last output: {lines[-1].strip() if lines else 'none'}"
-                    ) from None
-                if line is None:
-                    break
-                lines.append(line)
-                log(line.rstrip("\n"))
-                if QA_HANG_MARK in line:
-                    tried = next((x for x in reversed(lines) if "Current length" in x), "").strip()
-                    raise RulerError(
-                        f"RULER's {task.name} cannot be made at max_seq_length={max_seq_length} with this tokenizer: not even "
-                        f"10 documents fit ({tried}), and the package's qa.py then retries with 0 documents forever. "
-                        "Choose a max_seq_length above that length."
-                    )
-                if time.monotonic() - started > timeout_s:
-                    raise RulerError(f"RULER's {task.script.name} ran past {timeout_s:.0f} s for {task.name}; last output: {line.strip()}")
-        finally:
-            if process.poll() is None:
-                process.kill()
-        if process.wait() != 0:
-            raise RulerError(f"RULER's {task.script.name} failed for {task.name} (exit {process.returncode}):\n" + "".join(lines[-30:]))
+    started = last_news = time.monotonic()
+    # No ``with``: its exit closes stdout while the reader thread may still hold the pipe's lock (a hang);
+    # the reader ends by itself at the pipe's end once the process is gone.
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tempfile.gettempdir())
+    printed: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [printed.put(x) for x in process.stdout] + [printed.put(None)], daemon=True).start()
+    try:
+        while True:
+            try:
+                line = printed.get(timeout=stall_s)
+            except queue.Empty:
+                raise RulerError(
+                    f"RULER's {task.script.name} printed nothing for {stall_s:.0f} s making {task.name} at max_seq_length="
+                    f"{max_seq_length}: its sampling loop retries forever when the task does not fit the length. "
+                    f"Choose a larger max_seq_length. Last output: {lines[-1].strip() if lines else 'none'}"
+                ) from None
+            if line is None:
+                break
+            # the same line again is no progress: variable_tracking.py prints one line per silent retry
+            if not lines or line != lines[-1]:
+                last_news = time.monotonic()
+            elif time.monotonic() - last_news > stall_s:
+                raise RulerError(
+                    f"RULER's {task.script.name} repeated {line.strip()!r} for {stall_s:.0f} s making {task.name} at "
+                    f"max_seq_length={max_seq_length}: its sampling loop retries forever when the task does not fit the "
+                    "length. Choose a larger max_seq_length."
+                )
+            elif lines[-1] == line:
+                continue  # logged once
+            lines = lines[-200:]
+            lines.append(line)
+            log(line.rstrip("\n"))
+            if QA_HANG_MARK in line:
+                tried = next((x for x in reversed(lines) if "Current length" in x), "").strip()
+                raise RulerError(
+                    f"RULER's {task.name} cannot be made at max_seq_length={max_seq_length} with this tokenizer: not even "
+                    f"10 documents fit ({tried}), and the package's qa.py then retries with 0 documents forever. "
+                    "Choose a max_seq_length above that length."
+                )
+            if time.monotonic() - started > timeout_s:
+                raise RulerError(f"RULER's {task.script.name} ran past {timeout_s:.0f} s for {task.name}; last output: {line.strip()}")
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait()
+    if process.returncode != 0:
+        raise RulerError(f"RULER's {task.script.name} failed for {task.name} (exit {process.returncode}):\n" + "".join(lines[-30:]))
 
 
 def generate_ruler_task(
