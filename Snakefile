@@ -42,8 +42,11 @@ include: "rules/report.smk"
 include: "rules/probes.smk"
 include: "rules/reference.smk"
 include: "rules/export.smk"
+include: "rules/needle_common.smk"
+include: "rules/needle.smk"
 
 
 rule all:
     input:
         final_outputs(),
+        needle_figures(),

@@ -18,6 +18,7 @@ export_package_path(workflow.basedir)
 import yaml
 
 from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
+from kvcache_bench.data.kvpress_datasets import BENCHMARKS as KVPRESS_BENCHMARKS
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, decode_note, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
@@ -60,6 +61,19 @@ def _alternatives(names):
 HUB_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in ("hub", "local")]
 SYNTHETIC_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "synthetic"]
 RULER_HAYSTACK_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler_haystack"]
+# NVIDIA's RULER generator (rule make_ruler) and kvpress's needle test on Paul Graham's essays (rule make_needle_grid)
+RULER_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "ruler"]
+NEEDLE_DATASETS = [name for name, d in config["datasets"].items() if d["source"] == "needle_in_haystack"]
+# kvpress's other evaluation datasets, in its column layout (rule read_kvpress_dataset)
+KVPRESS_LAYOUT_DATASETS = [name for name, d in config["datasets"].items() if d["source"] in KVPRESS_BENCHMARKS]
+
+
+def kvpress_hub_id(wildcards):
+    """The dataset's hub_id, or the one kvpress's evaluation reads it from."""
+    dataset = config["datasets"][wildcards.dataset]
+    return dataset.get("hub_id") or KVPRESS_BENCHMARKS[dataset["source"]].hub_id
+
+
 BUILT_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("model_config")]
 SHAPED_MODELS = [name for name, m in config["models"].items() if m.get("build", {}).get("shape")]
 PACKAGED_MODELS = [name for name, m in config["models"].items() if m.get("from_package")]

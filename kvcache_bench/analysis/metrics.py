@@ -16,6 +16,17 @@ including their quirks, so a number here can be set beside a published one:
   so it is not used: summarisation scores here compare with LongBench's table.
 * ``string_match_all`` / ``string_match_part`` (RULER): case-insensitive substring containment; *all*
   averages over the references, *part* takes the best one.
+* ``needle_rouge_l`` (kvpress's needle test, ``needle_in_haystack/calculate_metrics.py``): the same ``rouge``
+  package called as kvpress calls it, ``Rouge().get_scores(needle.strip(), prediction.strip())[0]`` (the
+  needle in the hypothesis' place), of which the score is ROUGE-L's F; kvpress also reports ROUGE-1 and -2.
+  An empty prediction, which makes kvpress's call raise, scores 0.
+* kvpress's other datasets, as their ``evaluation/benchmarks/*/calculate_metrics.py`` score them: LongBench-e
+  with LongBench's metric of the base task (and kvpress's length buckets, ``length_bucket_means``);
+  ``choice_stated`` (LongBench-v2: "The correct answer is (X)" or "... is X" after dropping "*");
+  InfiniteBench's six text tasks (``infinitebench_*``, each over the example's whole reference list, as
+  kvpress passes it); ``boxed_last`` (AIME25: the text after the last "boxed{" up to the first "}", which,
+  quirk kept, is the whole prediction up to a "}" when nothing is boxed) and ``boxed_first`` (MATH500: the
+  first "boxed{", none -> wrong; a nested brace, ``\boxed{\frac{1}{2}}``, cuts the answer at the first "}").
 
 LongBench takes the best score over an example's references (``max`` starting from 0); RULER's
 ``string_match_all`` is the one metric that averages over them instead.
@@ -128,11 +139,97 @@ def contains_reference(prediction: str, reference: str, **_) -> float:
     return 1.0 if reference.lower() in prediction.lower() else 0.0
 
 
+def needle_rouge_l(prediction: str, reference: str, **_) -> float:
+    """kvpress's needle score: ROUGE-L F with the needle (the reference) as the hypothesis, both stripped."""
+    from rouge import Rouge
+
+    if not prediction.strip() or not reference.strip():
+        return 0.0  # the rouge package refuses an empty side ("Reference is empty."); nothing was found
+    return Rouge().get_scores(reference.strip(), prediction.strip())[0]["rouge-l"]["f"]
+
+
+def choice_stated(prediction: str, reference: str, **_) -> float:
+    """LongBench-v2 as kvpress scores it: the prediction states the letter in LongBench's answer sentence."""
+    prediction = prediction.replace("*", "")
+    return float(f"The correct answer is ({reference})" in prediction or f"The correct answer is {reference}" in prediction)
+
+
+def boxed_last(prediction: str, reference: str, **_) -> float:
+    """AIME25 (kvpress): what follows the last "boxed{" up to the next "}" equals the answer."""
+    return float(prediction.split("boxed{")[-1].split("}")[0] == str(reference))
+
+
+def boxed_first(prediction: str, reference: str, **_) -> float:
+    """MATH500 (kvpress): what follows the first "boxed{" up to the next "}" equals the answer; nothing boxed is wrong."""
+    parts = prediction.split("boxed{")
+    return float(len(parts) > 1 and parts[1].split("}")[0] == str(reference))
+
+
+_INFINITEBENCH_SEPARATORS = ["\n", ":", '"', "'", ".", ",", "?", "!", "{", "}"]
+
+
+def _first_integer(prediction: str) -> str:
+    return next((item for item in re.split("[^0-9]", prediction) if item != ""), "")
+
+
+def infinitebench_kv_retrieval(prediction: str, references: list[str], **_) -> float:
+    for separator in _INFINITEBENCH_SEPARATORS:
+        prediction = prediction.replace(separator, " ")
+    return float(references[0] in prediction.split())
+
+
+def infinitebench_first_integer(prediction: str, references: list[str], **_) -> float:
+    """passkey and number_string: the first run of digits is the answer."""
+    return float(references[0] == _first_integer(prediction))
+
+
+def infinitebench_qa_f1(prediction: str, references: list[str], **_) -> float:
+    return max([0.0, *(qa_f1_score(prediction, reference) for reference in references)])
+
+
+def infinitebench_dialogue(prediction: str, references: list[str], **_) -> float:
+    """longdialogue_qa_eng: any reference name appears in the prediction, ignoring case."""
+    upper = prediction.strip().upper()
+    return float(any(reference.upper() in upper for reference in references))
+
+
+def infinitebench_choice(prediction: str, references: list[str], **_) -> float:
+    """longbook_choice_eng, kvpress's order of tests: the last lone A-D, the first character, the whole
+    prediction, an answer phrase's next word, then the first word that is one of A-D."""
+    prediction = prediction.strip()
+    match = re.search(r"\b[A-D]\b(?!.*\b[A-D]\b)", prediction)
+    if match and match.group(0) in references:
+        return 1.0
+    if prediction == "":
+        return 0.0
+    if prediction[0] in "ABCD":
+        return float(prediction[0] in references)
+    if prediction in references:
+        return 1.0
+    for separator in ["\n", '"', "'", ".", ",", "?", "!", "{", "}"]:
+        prediction = prediction.replace(separator, " ")
+    while "  " in prediction:
+        prediction = prediction.replace("  ", " ")
+    for phrase in ("answer is:", "answer:", "answer is", "option is"):
+        at = prediction.find(phrase)
+        if at == -1:
+            continue
+        if len(prediction) < at + len(phrase) + 1:
+            return 0.0
+        after = prediction[at + len(phrase) + 1 :]
+        return float(any(after.startswith(reference) for reference in references))
+    # kvpress tests `word in "ABCD"`: a substring test, so "AB" or "" counts as a choice
+    word = next((word for word in prediction.split() if word in "ABCD"), None)
+    return float(word in references) if word is not None else 0.0
+
+
 @dataclass(frozen=True)
 class Metric:
     name: str
     per_reference: Callable[..., float]
-    over_references: str  # "max" (best reference, starting from 0) or "mean" (share of references hit)
+    # "max" (best reference, starting from 0), "mean" (share of references hit) or "all" (the metric reads the
+    # example's whole reference list, as InfiniteBench's scorers do)
+    over_references: str
 
 
 METRICS: dict[str, Metric] = {
@@ -146,6 +243,15 @@ METRICS: dict[str, Metric] = {
         Metric("code_sim", code_sim_score, "max"),
         Metric("string_match_all", contains_reference, "mean"),
         Metric("string_match_part", contains_reference, "max"),
+        Metric("needle_rouge_l", needle_rouge_l, "max"),
+        Metric("choice_stated", choice_stated, "max"),
+        Metric("boxed_last", boxed_last, "max"),
+        Metric("boxed_first", boxed_first, "max"),
+        Metric("infinitebench_kv_retrieval", infinitebench_kv_retrieval, "all"),
+        Metric("infinitebench_first_integer", infinitebench_first_integer, "all"),
+        Metric("infinitebench_qa_f1", infinitebench_qa_f1, "all"),
+        Metric("infinitebench_dialogue", infinitebench_dialogue, "all"),
+        Metric("infinitebench_choice", infinitebench_choice, "all"),
     )
 }
 
@@ -179,11 +285,31 @@ RULER_TASK_METRICS = {
     "qa_1": "string_match_part",
     "qa_2": "string_match_part",
 }
-TASK_METRICS = {**LONGBENCH_TASK_METRICS, **RULER_TASK_METRICS, "synthetic_qa": "qa_f1"}
+NEEDLE_TASK_METRICS = {"needle_in_haystack": "needle_rouge_l"}
+LONGBENCH_E_TASKS = (
+    "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
+    "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
+)
+KVPRESS_LAYOUT_TASK_METRICS = {
+    **{f"{task}_e": LONGBENCH_TASK_METRICS[task] for task in LONGBENCH_E_TASKS},
+    "longbench_v2": "choice_stated",
+    "passkey": "infinitebench_first_integer",
+    "number_string": "infinitebench_first_integer",
+    "kv_retrieval": "infinitebench_kv_retrieval",
+    "longbook_qa_eng": "infinitebench_qa_f1",
+    "longdialogue_qa_eng": "infinitebench_dialogue",
+    "longbook_choice_eng": "infinitebench_choice",
+    "aime25": "boxed_last",
+    "math500": "boxed_first",
+}
+TASK_METRICS = {
+    **LONGBENCH_TASK_METRICS, **RULER_TASK_METRICS, **NEEDLE_TASK_METRICS, **KVPRESS_LAYOUT_TASK_METRICS,
+    "synthetic_qa": "qa_f1",
+}
 
 # LongBench's eval.py scores only the first line of these few-shot tasks' predictions (the model
 # tends to continue the few-shot pattern with another question).
-FIRST_LINE_TASKS = frozenset({"trec", "triviaqa", "samsum", "lsht"})
+FIRST_LINE_TASKS = frozenset({"trec", "triviaqa", "samsum", "lsht", "trec_e", "triviaqa_e", "samsum_e"})
 
 
 def metric_for(task: str) -> Metric:
@@ -208,10 +334,24 @@ def score_example(task: str, prediction: str, references: list[str], all_classes
     if not references:
         raise ValueError(f"{task}: example has no reference answers")
     prediction = prepare_prediction(task, prediction)
+    if metric.over_references == "all":
+        return metric.per_reference(prediction, list(references), all_classes=all_classes)
     per_reference = [metric.per_reference(prediction, reference, all_classes=all_classes) for reference in references]
     if metric.over_references == "mean":
         return sum(per_reference) / len(per_reference)
     return max([0.0, *per_reference])
+
+
+# LongBench-e's buckets of the rows' length (LongBench's word count), as kvpress's scorer_e cuts them
+LENGTH_BUCKETS = (("0-4k", 4000), ("4-8k", 8000), ("8k+", float("inf")))
+
+
+def length_bucket_means(scores: list[float], lengths: list[int]) -> dict[str, float]:
+    """kvpress's LongBench-e result: the mean x100 (2 places) of each length bucket (NaN for an empty one)."""
+    buckets: dict[str, list[float]] = {name: [] for name, _ in LENGTH_BUCKETS}
+    for score, length in zip(scores, lengths, strict=True):
+        buckets[next(name for name, below in LENGTH_BUCKETS if length < below)].append(score)
+    return {name: round(100 * sum(v) / len(v), 2) if v else float("nan") for name, v in buckets.items()}
 
 
 def task_score(per_example: list[float]) -> float:

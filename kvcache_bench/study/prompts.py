@@ -123,6 +123,27 @@ RULER_MAX_NEW_TOKENS = {
 RULER_TASKS = tuple(RULER_MAX_NEW_TOKENS)
 RULER_PROMPTS = {task: "{context}{input}" for task in RULER_TASKS}
 
+# kvpress's needle test (kvcache_bench/data/needle.py): its context holds the wrapped haystack, its question
+# follows, its answer prefix opens the answer, as kvpress's pipeline joins them. The answer is one sentence.
+NEEDLE_TASK = "needle_in_haystack"
+NEEDLE_MAX_NEW_TOKENS = {NEEDLE_TASK: 64}
+NEEDLE_PROMPTS = {NEEDLE_TASK: "{context}{input}"}
+
+# kvpress's other datasets in kvpress's layout (kvcache_bench/data/kvpress_datasets.py): the same join. Generation
+# lengths are kvpress's (its create_huggingface_dataset.py scripts: LongBench's + 20 for LongBench-e, 16 for
+# LongBench-v2, InfiniteBench's table); AIME25's and MATH500's live only in kvpress's hub rows, so 4096 here.
+KVPRESS_LAYOUT_MAX_NEW_TOKENS = {
+    **{f"{task}_e": LONGBENCH_MAX_NEW_TOKENS[task] + 20 for task in (
+        "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
+        "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
+    )},
+    "longbench_v2": 16,
+    "passkey": 6, "kv_retrieval": 50, "number_string": 12, "longbook_qa_eng": 40, "longbook_choice_eng": 40,
+    "longdialogue_qa_eng": 40,
+    "aime25": 4096, "math500": 4096,
+}
+KVPRESS_LAYOUT_PROMPTS = {task: "{context}{input}" for task in KVPRESS_LAYOUT_MAX_NEW_TOKENS}
+
 # The offline demo's synthetic task: a qasper-style instruction over a synthetic document.
 SYNTHETIC_PROMPTS = {
     "synthetic_qa": "read the document and answer the question .\n\ndocument : {context}\n\nquestion : {input}\nanswer :",
@@ -130,8 +151,11 @@ SYNTHETIC_PROMPTS = {
 SYNTHETIC_TASK = "synthetic_qa"  # the offline demo's task (kvcache_bench.data.synthetic makes it; the canary trains on it)
 SYNTHETIC_MAX_NEW_TOKENS = {SYNTHETIC_TASK: 8}
 
-PROMPTS = {**LONGBENCH_PROMPTS, **RULER_PROMPTS, **SYNTHETIC_PROMPTS}
-MAX_NEW_TOKENS = {**LONGBENCH_MAX_NEW_TOKENS, **RULER_MAX_NEW_TOKENS, **SYNTHETIC_MAX_NEW_TOKENS}
+PROMPTS = {**LONGBENCH_PROMPTS, **RULER_PROMPTS, **NEEDLE_PROMPTS, **KVPRESS_LAYOUT_PROMPTS, **SYNTHETIC_PROMPTS}
+MAX_NEW_TOKENS = {
+    **LONGBENCH_MAX_NEW_TOKENS, **RULER_MAX_NEW_TOKENS, **NEEDLE_MAX_NEW_TOKENS, **KVPRESS_LAYOUT_MAX_NEW_TOKENS,
+    **SYNTHETIC_MAX_NEW_TOKENS,
+}
 KNOWN_TASKS = frozenset(PROMPTS)
 
 
