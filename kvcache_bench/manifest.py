@@ -175,10 +175,22 @@ def content_facts(path: str | os.PathLike) -> dict:
     return facts
 
 
+def forcerun_remedy(paths: list[str | os.PathLike]) -> str:
+    """The command that remakes ``paths`` and every file made from them. Not ``rm``: Snakemake 9 does not remake a
+    deleted file while the files made from it still exist ("Nothing to be done"), so a deletion left the tables
+    as they were."""
+    listed = " ".join(str(path) for path in paths)
+    them = "it" if len(paths) == 1 else "them"
+    return (
+        f"Remake {them} and every file made from {them}: run your snakemake command again with "
+        f"`--forcerun {listed}` at its end (after your targets and --configfile)."
+    )
+
+
 def verify_against_manifest(path: str | os.PathLike) -> dict:
     """Refuse a file that is not byte for byte what its producing job wrote; return its manifest."""
     manifest_path = manifest_path_for(path)
-    remedy = f"Delete it to have the pipeline regenerate it:\n  rm {path} {manifest_path}"
+    remedy = forcerun_remedy([path])
     if not manifest_path.exists():
         raise ManifestMismatchError(f"{path} has no manifest ({manifest_path}), so nothing proves how it was made. {remedy}")
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -228,6 +240,5 @@ def require_made_with(path: str | os.PathLike, manifest: dict, expected: dict) -
     if differences:
         raise ManifestMismatchError(
             f"{path} was made under other settings than this job reads it for ({'; '.join(differences)}): "
-            f"another study's file, or one copied over this one. Delete it to have the pipeline regenerate it:\n"
-            f"  rm {path} {manifest_path_for(path)}"
+            f"another study's file, or one copied over this one. {forcerun_remedy([path])}"
         )

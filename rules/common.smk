@@ -36,7 +36,12 @@ from kvcache_bench.study.config_checks import (
 )
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
 from kvcache_bench.study.config_files import sort_setting_keys
-from kvcache_bench.study.shared_results import claim_results_dir, foreign_output_problems, record_this_path
+from kvcache_bench.study.shared_results import (
+    claim_results_dir,
+    forcerun_in_command_line,
+    foreign_outputs_refusal,
+    record_this_path,
+)
 from kvcache_bench.study.sources import local_dataset_files, local_model_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
@@ -92,8 +97,8 @@ def cell_problems(cell):
 
 
 # The study's cells, each judged once: only accepted cells reach tables and figures. A refused cell is printed
-# before any job and listed, with why, in the tables (not run); only when every cell is refused are the refused
-# checks requested, so that the run fails naming them.
+# before any job and listed, with why, in the tables (not run); when every cell is refused the run stops at parse
+# (refuse_a_study_with_nothing_to_run).
 STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), cell_problems)
 
 
@@ -106,10 +111,6 @@ wildcard_constraints:
     model=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     dataset=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     task=r"[A-Za-z0-9_-]+",
-
-
-def refused_checks():
-    return [cell_path("checks", cell, ".ok") for cell in REFUSED_CELLS]
 
 
 def all_score_files():
@@ -165,10 +166,10 @@ def figure_files():
 
 
 def final_outputs():
-    """The tables and figures of the accepted cells (they list the refused ones); with no accepted cell there is
-    nothing to tabulate: only the refused checks, which fail naming why."""
+    """The tables and figures of the accepted cells (they list the refused ones); none for a config of no study
+    cells (a needle grid alone). Every cell refused stops the run at parse."""
     if not STUDY_CELLS:
-        return refused_checks()
+        return []
     return table_files() + figure_files() + engine_comparison_outputs()
 
 
@@ -193,7 +194,7 @@ def announce_before_any_job():
     """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
     if not workflow.is_main_process:
         return
-    outcome = "not run (listed in results/tables/summary.md)" if STUDY_CELLS else "the run fails"
+    outcome = "not run (listed in results/tables/summary.md)" if STUDY_CELLS else "nothing runs"
     refusals = [f"refused target {c['target']}, {outcome}: {'; '.join(c['problems'])}" for c in not_run_cells()]
     refusals += [f"note: {note}" for note in decode_notes()]
     warnings = [
@@ -308,9 +309,10 @@ def refuse_another_studys_outputs():
     expected["results/tables/summary.csv"] = dict(
         cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
     )
-    problems = foreign_output_problems(expected)
-    if problems:
-        raise StudyConfigError("results/ holds another study's files:\n" + "\n".join(f"  - {p}" for p in problems))
+    # the files --forcerun names are remade by this run: the refusal's own remedy
+    refusal = foreign_outputs_refusal(expected, forced=forcerun_in_command_line(sys.argv))
+    if refusal:
+        raise StudyConfigError(refusal)
 
 
 def claim_results_before_any_job():
@@ -322,7 +324,18 @@ def claim_results_before_any_job():
     record_this_path()
 
 
+def refuse_a_study_with_nothing_to_run():
+    """Every cell refused: no table could say anything, so the run (dry runs too) stops at parse, the refusals
+    printed just above it, rather than exiting 0 with empty tables."""
+    if REFUSED_CELLS and not STUDY_CELLS and workflow.is_main_process:
+        raise StudyConfigError(
+            f"every one of this study's {len(REFUSED_CELLS)} cell(s) is refused (why is printed above), so "
+            "nothing would run: change the config as each refusal says."
+        )
+
+
 announce_before_any_job()
+refuse_a_study_with_nothing_to_run()
 refuse_another_studys_outputs()
 
 

@@ -12,6 +12,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+# The hub is unreachable where these tests run: without offline mode every hub-backed press and dataset waits out
+# huggingface_hub's five retries (23 s each) before failing the way offline mode fails at once. Set
+# HF_HUB_OFFLINE=0 to let the tests reach a hub (set before any import reads it; jobs inherit it).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
 REPO = Path(__file__).resolve().parent.parent
 # A fake token: the demo run exports it, and no output or log may ever contain it.
 FAKE_HF_TOKEN = "hf_kvbench_fake_token_never_written_8d1f"

@@ -8,6 +8,7 @@ calls; one small real run (the canary, 3 examples, 2 cells) backs the cases abou
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -78,7 +79,8 @@ PARSE_TIME_CASES = [
     ("two retentions that are one number", {"retentions": [0.5, 0.50]}, ["--cores", "1"], False,
      ["has non-unique elements"]),
     ("eviction with batching, dry run", {"batch_sizes": [1, 2]}, ["-n"], True,
-     [f"refused target {CELL}/snapkv/question_aware/retention-0.50_batch-2_decode-1: SnapKV evicts cache entries"]),
+     [f"refused target {CELL}/snapkv/question_aware/retention-0.50_batch-2_decode-1, not run (listed in "
+      "results/tables/summary.md): snapkv removes tokens and batch size is 2: left padding would be scored"]),
     ("trust_remote_code", {"models": set_model("trust_remote_code", True)}, ["-n"], True,
      ["WARNING: models.canary has trust_remote_code: true, so loading 'resources/canary' runs that model's own Python code"]),
 ]
@@ -119,7 +121,8 @@ def test_refused_cells_alone_write_no_table_or_figure(parse_workdir):
     config = small_config(parse_workdir, methods=["snapkv"], batch_sizes=[2])
     result, output = run_with(parse_workdir, config, "--cores", "1", "--keep-going")
     assert result.returncode != 0
-    assert f"refused target {CELL}/snapkv/question_aware/retention-0.50_batch-2_decode-1" in output
+    assert f"refused target {CELL}/snapkv/question_aware/retention-0.50_batch-2_decode-1, nothing runs" in output
+    assert "every one of this study's 1 cell(s) is refused" in output
     assert not (parse_workdir / "results/tables").exists() and not (parse_workdir / "results/figures").exists()
 
 
@@ -272,9 +275,16 @@ def test_a_changed_output_is_refused_not_tabulated(small_run, tmp_path, case, st
     log = workdir / ("logs/aggregate.log" if stage == "scores" else f"logs/score/{SNAPKV}.log")
     text = log.read_text()
     assert f"results/{stage}/{SNAPKV}.jsonl is not the file its manifest describes" in text
-    assert said in text and found in text and f"rm results/{stage}/{SNAPKV}.jsonl" in text
+    assert said in text and found in text and f"`--forcerun results/{stage}/{SNAPKV}.jsonl` at its end" in text
     table = workdir / "results/tables/summary.csv"
     assert not table.exists() or table.read_text() == table_before  # nothing tabulated from the changed file
+    if case == "prediction edited by hand":  # the printed remedy, run as printed, remakes the cell and its table
+        remedy = re.search(r"`--forcerun ([^`]+)`", text).group(1).split()
+        result, output = run_with(workdir, yaml.safe_load((workdir / "config/small.yaml").read_text()), "--cores", "1",
+                                  "--forcerun", *remedy, name="small.yaml")
+        assert result.returncode == 0, output[-3000:]
+        assert "an answer typed in by hand" not in target.read_text()
+        assert table.read_text() == table_before
 
 
 # ------------------------------------------------------------------------------------------ units

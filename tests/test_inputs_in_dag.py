@@ -7,6 +7,7 @@ function the job calls (tests/test_loaded_and_measured.py: checkpoints and asked
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -219,7 +220,7 @@ def _manifest_from(path: Path, workdir: str, **params) -> None:
 
 
 def test_another_directorys_file_made_under_other_settings_is_refused_naming_keys(tmp_path, monkeypatch):
-    from kvcache_bench.study.shared_results import foreign_output_problems
+    from kvcache_bench.study.shared_results import foreign_output_problems, foreign_outputs_refusal
 
     monkeypatch.chdir(tmp_path)
     expected = {"max_new_tokens": 8, "model": {"path": "resources/canary", "max_context_tokens": 4096}, "seed": 1}
@@ -229,7 +230,10 @@ def test_another_directorys_file_made_under_other_settings_is_refused_naming_key
     [problem] = foreign_output_problems({"results/p/a.jsonl": expected, "results/p/b.jsonl": expected}, tmp_path)
     assert problem.startswith("results/p/a.jsonl was made by the run in /elsewhere/clone-b under other settings (")
     assert "max_new_tokens: 2 there, 8 here; model.max_context_tokens: 16 there, 4096 here" in problem
-    assert "rm results/p/a.jsonl results/p/a.jsonl.manifest.json" in problem
+    refusal = foreign_outputs_refusal({"results/p/a.jsonl": expected, "results/p/b.jsonl": expected}, tmp_path)
+    assert "`--forcerun results/p/a.jsonl` at its end" in refusal and "rm " not in refusal
+    # the run the remedy starts remakes that file, so it is no longer refused
+    assert foreign_output_problems({"results/p/a.jsonl": expected}, tmp_path, forced={"results/p/a.jsonl"}) == []
 
 
 def test_a_directory_moved_with_its_records_still_owns_what_it_made_there(tmp_path, monkeypatch):
@@ -257,6 +261,9 @@ def test_another_studys_predictions_in_results_stop_the_dry_run(workdir):
     _manifest_from(workdir / cell, "/elsewhere/clone-b", max_new_tokens=2)
     try:
         result, output = run_with(workdir, config, "-n")
+        # the printed remedy, run as printed (dry): it plans that cell's generate job and everything made from it
+        remedy = re.search(r"`--forcerun ([^`]+)`", output)
+        remade, remade_output = run_with(workdir, config, "-n", *(["--forcerun", *remedy.group(1).split()] if remedy else []))
     finally:
         import shutil
 
@@ -264,6 +271,9 @@ def test_another_studys_predictions_in_results_stop_the_dry_run(workdir):
     assert result.returncode != 0
     assert f"{cell} was made by the run in /elsewhere/clone-b under other settings (" in output
     assert "max_new_tokens: 2 there, 8 here" in output
+    assert remedy and remedy.group(1) == cell, output[-2000:]
+    assert remade.returncode == 0, remade_output[-3000:]
+    assert re.search(rf"rule generate:\n\s+input: [^\n]*\n\s+output: {re.escape(cell)}", remade_output), remade_output[-3000:]
 
 
 def test_a_second_run_of_another_directory_on_the_same_results_is_refused(tmp_path):
@@ -381,7 +391,7 @@ def test_a_score_file_of_another_cell_is_refused_by_the_job_reading_it(tmp_path)
     with pytest.raises(ManifestMismatchError) as refused:
         require_made_with(scores, manifest, {"method": "snapkv", "retention": 0.5, "task": "qasper"})
     assert f"{scores} was made under other settings than this job reads it for (retention: 0.25 there, 0.5 here)" in str(refused.value)
-    assert f"rm {scores} {scores}.manifest.json" in str(refused.value)
+    assert f"`--forcerun {scores}` at its end" in str(refused.value)
 
 
 # ------------------------------------------------------------------------------------------ 1. a pinned hub commit

@@ -53,6 +53,15 @@ def shipped_facts(measured: dict) -> dict:
     return facts
 
 
+def comparable(facts: dict | None) -> dict | None:
+    """Facts as two machines can agree on them: an error by its exception's name only, as its text names the
+    path the check ran in and how the hub failed to answer (offline mode, or no name resolution)."""
+    if facts is None:
+        return None
+    error = facts.get("error")
+    return {**facts, "error": error.split(":", 1)[0] if isinstance(error, str) else error}
+
+
 def parse_time_properties(method: str, config: dict) -> dict | None:
     """What a dry run knows of ``method`` in this config: the shipped facts of a built-in method (None for a
     custom one, which only its check job measures). With ``method_kwargs`` for it, its default decoding budget

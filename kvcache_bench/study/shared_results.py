@@ -15,10 +15,11 @@ import atexit
 import json
 import os
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 from kvcache_bench.io import write_json_atomic
-from kvcache_bench.manifest import settings_differences
+from kvcache_bench.manifest import forcerun_remedy, settings_differences
 
 RUN_CLAIM = ".kvcache-bench-run.json"
 # Beside Snakemake's records, which travel with it: every path this working directory has run jobs from.
@@ -41,11 +42,49 @@ def record_this_path(workdir: str | os.PathLike = ".") -> None:
         write_json_atomic(Path(workdir, EARLIER_PATHS), [*paths, here])
 
 
-def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".") -> list[str]:
-    """Outputs whose manifest says another working directory made them, under settings this config does not ask."""
+def forcerun_in_command_line(argv: list[str]) -> set[str]:
+    """What ``--forcerun``/``-R`` names in a snakemake command line. Snakemake parses the Snakefile before it sets
+    its DAG settings (``workflow.dag_settings`` is None while the rules are read), so a parse-time check reads the
+    command line itself."""
+    forced, taking = set(), False
+    for arg in argv:
+        if arg in ("--forcerun", "-R"):
+            taking = True
+        elif arg.startswith("--forcerun="):
+            forced.add(arg.split("=", 1)[1])
+        elif arg.startswith("-"):
+            taking = False
+        elif taking:
+            forced.add(arg)
+    return forced
+
+
+def foreign_outputs_refusal(
+    expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".", forced: Iterable[str] = ()
+) -> str | None:
+    """Why this run must not start (another study's files in results/), with the command that remakes them."""
+    problems = foreign_output_problems(expected_by_output, workdir, forced)
+    if not problems:
+        return None
+    paths = [problem.split(" was made by the run in ", 1)[0] for problem in problems]
+    return (
+        "results/ holds another study's files:\n" + "\n".join(f"  - {problem}" for problem in problems)
+        + "\nRun each study in its own directory, or remake these files for this config. "
+        + forcerun_remedy(paths)
+    )
+
+
+def foreign_output_problems(
+    expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".", forced: Iterable[str] = ()
+) -> list[str]:
+    """Outputs whose manifest says another working directory made them, under settings this config does not ask.
+    A file this run is told to remake (``--forcerun``, the remedy the refusal prints) is not a problem."""
     ours = {os.path.realpath(workdir), *earlier_paths(workdir)}
+    remade = {os.path.normpath(path) for path in forced}
     problems = []
     for output, expected in expected_by_output.items():
+        if os.path.normpath(output) in remade:
+            continue
         manifest_path = Path(f"{output}.manifest.json")
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -57,9 +96,7 @@ def foreign_output_problems(expected_by_output: dict[str, dict], workdir: str | 
         differences = settings_differences(manifest.get("params") or {}, expected)
         if differences:
             problems.append(
-                f"{output} was made by the run in {made_in} under other settings ({'; '.join(differences)}). "
-                f"Another study writes into this results directory: run each study in its own directory, or delete "
-                f"the file to have it remade for this config: rm {output} {manifest_path}"
+                f"{output} was made by the run in {made_in} under other settings ({'; '.join(differences)})"
             )
     return problems
 
