@@ -17,7 +17,8 @@ rule build_demo_model:
         "../envs/generate.yaml"
     params:
         code=package_code("build_demo_model.py"),
-        seed=SEED,
+        # the build's own seed, else the study's (build.seed was once accepted and ignored)
+        seed=lookup(dpath="models/{model}/build/seed", within=config, default=SEED),
     script:
         "../scripts/build_demo_model.py"
 

@@ -76,3 +76,17 @@ def test_a_custom_press_is_ranked_under_its_label_and_modes_come_in_reading_orde
         ["Full cache", "baseline"], ["Value norm", "custom"]]
     headings = [line for line in markdown.splitlines() if line.startswith("## ")]
     assert [h.split(" · ")[1].split(" ")[0] for h in headings] == ["question-aware", "question-agnostic", "other-question"]
+
+
+def test_a_cell_with_no_example_to_score_is_named_not_ranked():
+    """other_question on a dataset whose contexts have one question each writes n = 0 cells: the ranking once
+    crashed on their missing score (IntCastingNaNError) and left the study without its tables."""
+    nothing = dict(score=float("nan"), n=0)
+    summary = pd.DataFrame([
+        row("full_cache", 1.0, 50.0), row("snapkv", 0.5, 48.0, -2.0),
+        {**row("full_cache", 1.0, 0.0, mode="other_question"), **nothing, "expected_n": 0, "small_n": False},
+        {**row("snapkv", 0.5, 0.0, mode="other_question"), **nothing, "expected_n": 0, "small_n": False},
+    ])
+    markdown = ranking_markdown(summary)
+    assert "2 cells have no example to score and are not ranked:** Full cache 100% other_question; SnapKV 50% other_question" in markdown
+    assert [r[1] for r in table_rows(markdown, "### 50% of the KV cache kept (1 methods)")] == ["Full cache", "SnapKV"]

@@ -48,10 +48,14 @@ def profile_variables(path=PROFILE):
 
 
 def rules_asking_for_a_gpu():
+    """{rule: asks for a GPU}, rules defined under an ``if`` (indented: measure_hardware_rates) included."""
     rules = {}
     for smk in sorted((REPO / "rules").glob("*.smk")):
-        for name, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), flags=re.M):
-            rules[name] = bool(re.search(r"^\s+resources:\n(?:\s{8,}.*\n)*?\s{8,}gpu\s*=", body, flags=re.M))
+        text = smk.read_text()
+        headers = list(re.finditer(r"^[ \t]*rule (\w+):\n", text, flags=re.M))
+        for header, following in zip(headers, headers[1:] + [None]):
+            body = text[header.end():following.start() if following else len(text)]
+            rules[header.group(1)] = bool(re.search(r"^\s+resources:\n(?:\s{8,}.*\n)*?\s{8,}gpu\s*=", body, flags=re.M))
     return rules
 
 

@@ -8,7 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -111,6 +113,29 @@ def test_a_worker_leaves_when_the_run_that_started_it_has_ended(tmp_path, rows):
     result = subprocess.run([sys.executable, "-c", run], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=ENV)
     assert result.returncode == 0, result.stderr[-2000:]
     assert _gone(_manifest(tmp_path / "cell.jsonl")["worker"]["pid"])
+
+
+def _temporary_entries() -> set[str]:
+    """Everything of this project's in the system's temporary directory, one level deep."""
+    root = Path(tempfile.gettempdir())
+    entries = {path.name for path in root.glob("kvcache-bench*")}
+    return entries | {f"{d.name}/{f.name}" for d in root.glob("kvcache-bench-workers-*") if d.is_dir() for f in d.iterdir()}
+
+
+def test_a_worker_leaves_nothing_outside_the_workflow_directory_even_when_killed(tmp_path, rows):
+    """Sockets and CPU slot locks once piled up in /tmp (58 -> 61 directories in one run): the socket is now an
+    abstract one (no file, gone with its process, kill -9 included) and the slot locks a fixed set in .snakemake/."""
+    before = _temporary_entries()
+    result, out = _generate(tmp_path, "cell", _params("knorm", 0.5, True))
+    assert result.returncode == 0, result.stderr[-2000:]
+    worker = _manifest(out)["worker"]["pid"]
+    os.kill(worker, signal.SIGKILL)
+    assert _gone(worker)
+    assert _temporary_entries() - before == set()
+    assert [p.name for p in (tmp_path / ".snakemake/kvcache-bench/cpu-slots").iterdir()]  # the slot locks live here
+    again, out = _generate(tmp_path, "after-kill", _params("knorm", 0.5, True))  # a killed worker's place is free
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert _manifest(out)["worker"]["pid"] != worker
 
 
 def test_workers_are_for_local_jobs_only(monkeypatch):

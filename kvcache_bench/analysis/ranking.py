@@ -96,6 +96,16 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
     frame = summary[summary["batch_size"] == BASELINE_BATCH_SIZE]
     if not frame.empty:
         frame = frame[frame["decode_batch_size"] == frame["decode_batch_size"].min()]
+    # a cell with no example to score (other_question on contexts that each have one question): nothing to rank
+    empty = frame[frame["n"] == 0]
+    frame = frame[frame["n"] > 0]
+    if not empty.empty:
+        lines += [
+            f"> **{len(empty)} cells have no example to score and are not ranked:** " + "; ".join(
+                f"{label(r.method)} {retention_percent(r.retention)} {r.question_mode}" for r in empty.itertuples()
+            ) + " (other_question and same_question use only contexts with two or more questions).",
+            "",
+        ]
     incomplete = frame[frame["incomplete"].astype(bool)]
     frame = frame[~frame["incomplete"].astype(bool)]
     if not incomplete.empty:

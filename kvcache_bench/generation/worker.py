@@ -101,10 +101,29 @@ def worker_key(settings: dict, slot: str, owner: int) -> str:
     return hashlib.sha256(identity.encode()).hexdigest()[:20]
 
 
-def _runtime_dir() -> Path:
+# Where nothing may be left behind: on Linux a worker listens on an abstract socket (no file; gone with the
+# process, also after kill -9), elsewhere on a socket file in a per-user temporary directory.
+ABSTRACT_SOCKETS = sys.platform.startswith("linux")
+# The CPU slot locks: inside the workflow directory, one fixed set per worker key (no directory per run).
+CPU_SLOTS_DIR = Path(".snakemake/kvcache-bench/cpu-slots")
+
+
+def worker_address(key: str) -> str:
+    """The worker of ``key``'s socket, written as a command-line argument can carry it ('@' for the abstract
+    namespace's leading NUL)."""
+    if ABSTRACT_SOCKETS:
+        return f"@kvcache-bench-{os.getuid()}-{key}"
     directory = Path(tempfile.gettempdir()) / f"kvcache-bench-workers-{os.getuid()}"
     directory.mkdir(mode=0o700, exist_ok=True)
-    return directory
+    return str(directory / f"{key}.sock")
+
+
+def _bindable(address: str) -> str:
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
+def _key_of(address: str) -> str:
+    return address.rsplit("-", 1)[1] if address.startswith("@") else Path(address).stem
 
 
 def _send(connection: socket.socket, message: dict) -> None:
@@ -156,24 +175,24 @@ def _stop_other_worker_on_gpu(gpu: str, key: str) -> None:
                 time.sleep(0.1)
 
 
-def _start_worker(socket_path: Path, log_path: Path, settings: dict, owner: int, threads: int) -> subprocess.Popen:
+def _start_worker(address: str, log_path: Path, settings: dict, owner: int, threads: int) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         # its own session: a Snakemake that stops this job's process group leaves the worker to the next cell
         return subprocess.Popen(
-            [sys.executable, "-m", "kvcache_bench.generation.worker", str(socket_path), str(log_path), json.dumps(settings), str(owner), str(threads)],
+            [sys.executable, "-m", "kvcache_bench.generation.worker", address, str(log_path), json.dumps(settings), str(owner), str(threads)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
 
 
-def _connect(socket_path: Path, log_path: Path, start) -> socket.socket:
-    """A connection to the worker at ``socket_path``, starting it (``start()``) if none is listening."""
+def _connect(address: str, log_path: Path, start) -> socket.socket:
+    """A connection to the worker at ``address``, starting it (``start()``) if none is listening."""
     worker = None
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while True:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            connection.connect(str(socket_path))
+            connection.connect(_bindable(address))
             return connection
         except (FileNotFoundError, ConnectionRefusedError):
             connection.close()
@@ -199,18 +218,19 @@ def run_in_worker(job, entered, work: str = "generate", attention: str | None = 
     if entered.pin.devices:
         slot, held = ",".join(entered.pin.devices), []
     else:  # CPU: as many workers of one key as its jobs run at once, each serving one job at a time
-        slots_dir = _runtime_dir() / f"cpu-slots-{worker_key(settings, 'cpu', owner)}"
+        # keyed without the run: the workflow directory (in the key) has one Snakemake run at a time
+        slots_dir = CPU_SLOTS_DIR / worker_key(settings, "cpu", 0)
         claimed, held = claim_gpus(1, candidates=CPU_SLOTS, lock_dir=str(slots_dir))
         slot = f"cpu{claimed[0]}"
     key = worker_key(settings, slot, owner)
     if entered.pin.devices:
         _stop_other_worker_on_gpu(slot, key)
-    socket_path = _runtime_dir() / f"{key}.sock"
+    address = worker_address(key)
     name = f"{Path(settings['model']['path']).name}-{settings['attention']}-{slot.replace(',', '_')}-{key[:8]}"
     log_path = Path("logs/model_workers") / f"{name}.log"
-    start = lambda: _start_worker(socket_path, log_path, settings, owner, int(job.threads))  # noqa: E731
+    start = lambda: _start_worker(address, log_path, settings, owner, int(job.threads))  # noqa: E731
     request = {"job": _job_as_dict(job), "data": entered.data, "work": work}
-    with _connect(socket_path, log_path, start) as connection:
+    with _connect(address, log_path, start) as connection:
         _send(connection, request)
         accepted = _receive(connection)
         reply = _receive(connection) if accepted is not None else None
@@ -275,7 +295,7 @@ def _serve_one(connection: socket.socket, loaded, facts: dict) -> bool:
         return False
 
 
-def serve(socket_path: Path, log_path: Path, settings: dict, owner: int, threads: int, idle_seconds: float = IDLE_SECONDS) -> None:
+def serve(address: str, log_path: Path, settings: dict, owner: int, threads: int, idle_seconds: float = IDLE_SECONDS) -> None:
     started = time.perf_counter()
     import torch
 
@@ -287,14 +307,16 @@ def serve(socket_path: Path, log_path: Path, settings: dict, owner: int, threads
     facts = {"pid": os.getpid(), "host": socket.gethostname(), "log": str(log_path), "loaded_at": time.time(),
              "load_seconds": round(loaded.load_seconds, 3), "start_seconds": round(time.perf_counter() - started, 3),
              "device": str(loaded.device), "attention": settings["attention"], "cells_served": 0}
-    socket_path.unlink(missing_ok=True)  # a dead worker's: its clients hold the slot, so nobody else starts one
+    socket_file = None if address.startswith("@") else Path(address)
+    if socket_file is not None:
+        socket_file.unlink(missing_ok=True)  # a dead worker's: its clients hold the slot, so nobody else starts one
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(socket_path))
+    listener.bind(_bindable(address))
     listener.listen(8)
     listener.settimeout(1.0)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES") if loaded.device.type == "cuda" else None
     if gpu is not None:
-        (Path(default_lock_dir()) / f"gpu-{gpu}.worker").write_text(json.dumps({"pid": os.getpid(), "key": socket_path.stem}))
+        (Path(default_lock_dir()) / f"gpu-{gpu}.worker").write_text(json.dumps({"pid": os.getpid(), "key": _key_of(address)}))
     print(f"model worker {os.getpid()} ready: {settings['model']['path']} ({settings['attention']} attention) on {loaded.device}, "
           f"loaded in {facts['load_seconds']} s, {facts['start_seconds']} s from start", flush=True)
     write_manifest(log_path, settings, None, extra={"worker": facts})
@@ -316,13 +338,14 @@ def serve(socket_path: Path, log_path: Path, settings: dict, owner: int, threads
                 break
     finally:
         listener.close()
-        socket_path.unlink(missing_ok=True)
+        if socket_file is not None:
+            socket_file.unlink(missing_ok=True)
         print(f"model worker {os.getpid()} leaving after {facts['cells_served']} cell(s)", flush=True)
         write_manifest(log_path, settings, None, extra={"worker": facts})
 
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through `finally`: socket removed, manifest written
-    serve(Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
+    serve(sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     sys.stdout.flush()
     os._exit(0)  # tearing down torch's interpreter state takes seconds on a busy machine and frees nothing more

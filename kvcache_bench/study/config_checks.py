@@ -44,6 +44,12 @@ def method_kwargs_problems(config: dict) -> list[str]:
                 f"method_kwargs.{name} sets compression_ratio: how much cache each cell keeps is set by `retentions` "
                 "(the fraction KEPT; kvpress's compression_ratio is the fraction dropped), one cell per retention. Remove it."
             )
+    for name, spec in (config.get("custom_methods") or {}).items():
+        if "compression_ratio" in ((spec or {}).get("kwargs") or {}):  # it was replaced by the retention without a word
+            problems.append(
+                f"custom_methods.{name}.kwargs sets compression_ratio: each cell's is 1 - its retention (`retentions`, "
+                "the fraction KEPT), one cell per retention, so this value would be replaced. Remove it."
+            )
     return problems
 
 

@@ -35,13 +35,52 @@ class DuplicateKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+# Values a config may hold once its aliases are expanded: config.yaml holds a few hundred; a YAML "billion laughs"
+# (aliases of aliases, nine levels) expands to billions, and grew the run to 2.4 GB without a word.
+MAX_EXPANDED_VALUES = 100_000
+
+
+def expanded_size(node: yaml.Node) -> int:
+    """How many values ``node`` stands for with every alias written out: each node counted once per reference,
+    computed once per node (so the count itself takes no time on a bomb)."""
+    sizes: dict[int, int] = {}
+
+    def size(item: yaml.Node) -> int:
+        if id(item) not in sizes:
+            sizes[id(item)] = 0  # a recursive alias counts once, not forever
+            if isinstance(item, yaml.MappingNode):
+                total = 1 + sum(size(key) + size(value) for key, value in item.value)
+            elif isinstance(item, yaml.SequenceNode):
+                total = 1 + sum(size(value) for value in item.value)
+            else:
+                total = 1
+            sizes[id(item)] = min(total, MAX_EXPANDED_VALUES + 1)
+        return sizes[id(item)]
+
+    return size(node)
+
+
+def _refuse_alias_bombs(path, text: str) -> None:
+    if "*" not in text:
+        return  # no alias, nothing to expand
+    node = yaml.compose(text, Loader=yaml.SafeLoader)
+    if node is not None and expanded_size(node) > MAX_EXPANDED_VALUES:
+        raise ConfigFileError(
+            f"{path}: its aliases (*name) expand to more than {MAX_EXPANDED_VALUES:,} values; no study config "
+            "holds that many (a YAML 'billion laughs'?). Write the values out, or use fewer nested aliases."
+        )
+
+
 def read_config_file(path: str | os.PathLike) -> dict:
-    """A config file as Snakemake reads it, but a duplicate key, or text that is not UTF-8, names file and line."""
+    """A config file as Snakemake reads it, but a duplicate key, or text that is not UTF-8, names file and line,
+    and aliases expanding past any study's size are refused (before anything walks the expanded values)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            return yaml.load(handle, Loader=DuplicateKeyLoader) or {}
+            text = handle.read()
     except UnicodeDecodeError as error:
         raise ConfigFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
+    _refuse_alias_bombs(path, text)
+    return yaml.load(text, Loader=DuplicateKeyLoader) or {}
 
 
 def study_config_files(workflow) -> list[str]:
