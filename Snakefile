@@ -46,6 +46,10 @@ include: "rules/needle_common.smk"
 include: "rules/needle.smk"
 
 
+# after every rule is defined: the data's settings are read from the rules that make it
+refuse_another_studys_outputs()
+
+
 rule all:
     input:
         final_outputs(),

@@ -42,7 +42,7 @@ from kvcache_bench.study.shared_results import (
     foreign_outputs_refusal,
     record_this_path,
 )
-from kvcache_bench.study.sources import local_dataset_files, local_model_files
+from kvcache_bench.study.sources import content_of, local_dataset_files, local_model_files, local_tokenizer_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
 with open(os.path.join(workflow.basedir, "schemas/config.schema.yaml")) as handle:
@@ -236,19 +236,43 @@ MADE_MODEL_PATHS = {m["path"] for m in config["models"].values() if m.get("build
 
 def model_inputs(wildcards):
     """The model directory when this workflow makes it (built or from a package, maybe under another model's
-    name: a second engine on the same weights), every file of a local model folder (an edit in place reruns
-    the jobs that load it), nothing for hub weights."""
+    name: a second engine on the same weights), every file of a local model folder (ancient: it must exist, and
+    its content, not its mtime, reruns the jobs that load it: model_content), nothing for hub weights."""
     model = config["models"][wildcards.model]
     if model["path"] in MADE_MODEL_PATHS:
         return {"model_dir": model["path"]}
     files = local_model_files(model)
-    return {"model_files": files} if files else {}
+    return {"model_files": [ancient(path) for path in files]} if files else {}
+
+
+def model_content(wildcards):
+    """{file: sha256} of a local model folder (which weights, in every manifest made from them); {} otherwise."""
+    model = config["models"][wildcards.model]
+    return {} if model["path"] in MADE_MODEL_PATHS else content_of(local_model_files(model))
 
 
 def dataset_source_inputs(wildcards):
-    """The local copy's files the data job reads for this task: an edit in place reruns it and its cells."""
+    """The local copy's files the data job reads for this task (ancient: their content reruns it and its cells,
+    dataset_content, whatever their mtime)."""
     files = local_dataset_files(config["datasets"][wildcards.dataset], wildcards.task)
-    return {"source_files": files} if files else {}
+    return {"source_files": [ancient(path) for path in files]} if files else {}
+
+
+def dataset_content(wildcards):
+    return content_of(local_dataset_files(config["datasets"][wildcards.dataset], wildcards.task))
+
+
+def tokenizer_content(dpath):
+    """{file: sha256} of the local tokenizer folder at ``dpath`` of the config ({} for a hub id or a folder this
+    workflow makes): a tokenizer replaced by other files reruns the data jobs sized with it."""
+
+    def content(wildcards):
+        value = config
+        for key in dpath.format(**wildcards).split("/"):
+            value = value.get(key) if isinstance(value, dict) else None
+        return content_of(local_tokenizer_files(value))
+
+    return content
 
 
 def max_new_tokens(wildcards):
@@ -300,12 +324,34 @@ def expected_generation_settings(cell):
     )
 
 
+def expected_data_settings(dataset, task):
+    """What the rule that makes this dataset's rows puts in their manifest's params (its code hash aside),
+    evaluated from that rule's own params: a manifest must agree (a study of other synthetic-data settings once
+    read another study's questions)."""
+    from snakemake.iocontainers import Wildcards
+
+    wildcards = Wildcards(fromdict={"dataset": dataset, "task": task})
+    for maker in workflow.rules:
+        if maker.name != "all" and maker.is_producer(f"results/data/{dataset}/{task}.jsonl"):
+            try:
+                params = {name: value(wildcards) if callable(value) else value for name, value in maker.params.items()}
+            except Exception:  # a param that needs more than wildcards: the data job's own checks remain
+                return None
+            return {"dataset": dataset, "task": task} | {k: v for k, v in params.items() if k != "code"}
+    return None
+
+
 def refuse_another_studys_outputs():
     """Files another directory's run wrote into results/ under other settings are refused at parse, before any
-    job (study.shared_results)."""
+    job (study.shared_results): the data first, then predictions and the table."""
     if not workflow.is_main_process:
         return
-    expected = {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
+    expected = {}
+    for dataset, task in dict.fromkeys((cell["dataset"], cell["task"]) for cell in STUDY_CELLS):
+        settings = expected_data_settings(dataset, task)
+        if settings is not None:
+            expected[f"results/data/{dataset}/{task}.jsonl"] = settings
+    expected |= {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
     expected["results/tables/summary.csv"] = dict(
         cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
     )
@@ -336,7 +382,6 @@ def refuse_a_study_with_nothing_to_run():
 
 announce_before_any_job()
 refuse_a_study_with_nothing_to_run()
-refuse_another_studys_outputs()
 
 
 onstart:

@@ -17,6 +17,7 @@ rule download_dataset:
         code=package_code("download_dataset.py"),
         hub_id=lookup(dpath="datasets/{dataset}/hub_id", within=config, default=None),
         local_path=lookup(dpath="datasets/{dataset}/local_path", within=config, default=None),
+        source_sha256=dataset_content,
         split=lookup(dpath="datasets/{dataset}/split", within=config, default=None),
         data_dir=lookup(dpath="datasets/{dataset}/data_dir", within=config, default=None),
         num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
@@ -65,6 +66,7 @@ rule make_ruler_haystack:
         ),
         num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
         seed=SEED,
+        tokenizer_sha256=tokenizer_content("datasets/{dataset}/ruler_haystack/tokenizer"),
         code=package_code("make_ruler_haystack.py"),
     script:
         "../scripts/make_ruler_haystack.py"
@@ -87,6 +89,7 @@ rule make_ruler:
         max_seq_length=lookup(dpath="datasets/{dataset}/ruler/max_seq_length", within=config),
         num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config),
         seed=SEED,
+        tokenizer_sha256=tokenizer_content("datasets/{dataset}/ruler/tokenizer"),
         code=package_code("make_ruler.py"),
     script:
         "../scripts/make_ruler.py"
@@ -109,6 +112,8 @@ rule make_needle_grid:
     params:
         grid=lookup(dpath="datasets/{dataset}/needle_in_haystack", within=config),
         local_path=lookup(dpath="datasets/{dataset}/local_path", within=config, default=None),
+        source_sha256=dataset_content,
+        tokenizer_sha256=tokenizer_content("datasets/{dataset}/needle_in_haystack/tokenizer"),
         seed=SEED,
         code=package_code("make_needle_grid.py"),
     script:
@@ -131,6 +136,7 @@ rule read_kvpress_dataset:
         source=lookup(dpath="datasets/{dataset}/source", within=config),
         hub_id=kvpress_hub_id,
         local_path=lookup(dpath="datasets/{dataset}/local_path", within=config, default=None),
+        source_sha256=dataset_content,
         split=lookup(dpath="datasets/{dataset}/split", within=config),
         num_examples=lookup(dpath="datasets/{dataset}/num_examples", within=config, default=None),
         revision=lookup(dpath="datasets/{dataset}/revision", within=config, default=None),

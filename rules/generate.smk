@@ -23,6 +23,7 @@ rule generate:
     params:
         code=package_code("generate.py"),
         model_settings=model_settings,
+        model_sha256=model_content,
         engine=lookup(dpath="models/{model}/engine", within=config),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,

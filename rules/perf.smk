@@ -25,6 +25,7 @@ rule perf:
     params:
         code=package_code("perf.py"),
         model_settings=model_settings,
+        model_sha256=model_content,
         context_source=PERF["context_source"],
         hardware=PERF["hardware"],
         settings=perf_settings,

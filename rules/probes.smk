@@ -26,6 +26,7 @@ rule probe_attention_sink:
     params:
         code=package_code("probe_attention_sink.py"),
         model_settings=model_settings,
+        model_sha256=model_content,
         examples=lookup(dpath="probes/attention_sink/examples", within=config, default=None),
         seed=SEED,
     script:
@@ -51,6 +52,7 @@ rule probe_padding:
     params:
         code=package_code("probe_padding.py"),
         model_settings=model_settings,
+        model_sha256=model_content,
         retention=padding_probe_retention,
         batch_size=lookup(dpath="probes/padding/batch_size", within=config, default=None),
         examples_per_dataset=lookup(dpath="probes/padding/examples_per_dataset", within=config, default=None),

@@ -68,3 +68,22 @@ def test_a_methods_jobs_see_only_the_custom_settings_it_is_built_from(tmp_path):
     (tmp_path / "presses/mine.py").write_text("X = 2\n")
     after = {name: press_code_hash(name, custom, tmp_path) for name in ("mine", "ada_mine", "other")}
     assert after["mine"] != before["mine"] and after["ada_mine"] != before["ada_mine"] and after["other"] == ""
+
+
+def test_editing_a_module_a_press_file_imports_reruns_its_cells(tmp_path):
+    """A press that imports a helper from its folder: editing the helper once planned nothing, and a forced
+    rerun moved the score from 54.54 to 0.00. Its hash now covers the workflow modules it imports, at any depth."""
+    from kvcache_bench.methods.custom import press_files
+
+    custom = {"mine": {"press": "presses/mine.py:Mine"}}
+    (tmp_path / "presses").mkdir()
+    (tmp_path / "presses/mine.py").write_text("import torch\nfrom scoring import score\nfrom .weights import w\n")
+    (tmp_path / "presses/scoring.py").write_text("from presses.weights import w\ndef score(): return 1\n")
+    (tmp_path / "presses/weights.py").write_text("w = 1\n")
+    (tmp_path / "presses/unused.py").write_text("u = 1\n")
+    assert press_files("mine", custom, str(tmp_path)) == ["presses/mine.py", "presses/scoring.py", "presses/weights.py"]
+    before = press_code_hash("mine", custom, tmp_path)
+    (tmp_path / "presses/unused.py").write_text("u = 2\n")
+    assert press_code_hash("mine", custom, tmp_path) == before  # a module it does not import changes nothing
+    (tmp_path / "presses/weights.py").write_text("w = 2\n")  # two imports away
+    assert press_code_hash("mine", custom, tmp_path) != before

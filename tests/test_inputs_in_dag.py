@@ -276,6 +276,31 @@ def test_another_studys_predictions_in_results_stop_the_dry_run(workdir):
     assert re.search(rf"rule generate:\n\s+input: [^\n]*\n\s+output: {re.escape(cell)}", remade_output), remade_output[-3000:]
 
 
+def test_another_studys_data_made_under_other_settings_is_refused_first(workdir):
+    """Two clones on one results/: B, with other synthetic-data settings, once read A's questions. The data's
+    manifest is now held to the settings of the rule that makes it here (evaluated from that rule's params)."""
+    data = "results/data/synthetic/synthetic_qa.jsonl"
+    config = small_config(workdir)
+    try:
+        made, made_output = run_with(workdir, config, "--cores", "1", data)
+        assert made.returncode == 0, made_output[-3000:]
+        manifest_path = workdir / f"{data}.manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest_path.write_text(json.dumps({**manifest, "workdir": "/elsewhere/clone-a"}))  # A's file
+        same, same_output = run_with(workdir, config, "-n")  # A's settings are this config's: nothing to refuse
+        other = small_config(workdir)
+        other["datasets"]["synthetic"]["synthetic"]["min_words"] = 300
+        refused, refused_output = run_with(workdir, other, "-n")
+    finally:
+        import shutil
+
+        shutil.rmtree(workdir / "results")
+    assert same.returncode == 0, same_output[-3000:]
+    assert refused.returncode != 0
+    assert f"{data} was made by the run in /elsewhere/clone-a under other settings (generator.min_words: 256 there, 300 here)" in refused_output
+    assert f"`--forcerun {data}` at its end" in refused_output
+
+
 def test_a_second_run_of_another_directory_on_the_same_results_is_refused(tmp_path):
     import os
     import subprocess
@@ -323,6 +348,7 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
     reruns its data job and every cell; replacing model.safetensors reruns every cell but not the data job.
     The outputs are readable by the group and others under umask 022, and the table says what was measured:
     SnapKV asked to keep 0.1% keeps 1 token of ~326, and is flagged in the table and in its jobs' logs."""
+    import hashlib
     import os
     import shutil
 
@@ -375,7 +401,25 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
     after_data_edit = planned_after(edit_data)
     assert after_data_edit["download_dataset"] == 1 and after_data_edit["generate"] == 3 and after_data_edit["score"] == 3
     weights = workdir / "models/mycanary/model.safetensors"
-    after_model_edit = planned_after(lambda: weights.write_bytes(weights.read_bytes()))  # replaced by a copy
+    manifest = json.loads((workdir / f"results/predictions/{cell.removesuffix('.log')}.jsonl.manifest.json").read_text())
+    assert manifest["params"]["model_sha256"]["models/mycanary/model.safetensors"] == hashlib.sha256(weights.read_bytes()).hexdigest()
+
+    def older(path: Path, change) -> None:  # as `cp -p`, `tar x` and `rsync -a` leave a file: an older mtime
+        stat = path.stat()
+        change()
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**12))
+
+    # by content, not mtime: other bytes with an older mtime rerun exactly their jobs; the same bytes, nothing
+    assert planned_after(lambda: older(data, edit_data))["download_dataset"] == 1
+    assert planned_after(lambda: weights.write_bytes(weights.read_bytes())) == {}  # replaced by an identical copy
+    assert planned_after(lambda: data.write_text(data.read_text())) == {}
+
+    def other_weights():
+        content = bytearray(weights.read_bytes())
+        content[-1] ^= 0x01  # the last byte of the last tensor: a different model that still loads
+        weights.write_bytes(bytes(content))
+
+    after_model_edit = planned_after(lambda: older(weights, other_weights))
     assert "download_dataset" not in after_model_edit and after_model_edit["generate"] == 3 and after_model_edit["aggregate"] == 1
 
 

@@ -107,3 +107,14 @@ def test_samsum_also_stops_at_a_newline():
 
     assert extra_stop_ids(NewlineTokenizer(), "qasper") == set()
     assert extra_stop_ids(NewlineTokenizer(), "samsum") == {13}
+
+
+def test_a_token_id_beyond_the_models_vocabulary_is_named_not_an_index_error():
+    """A tokenizer of a larger vocabulary than the model's once ended in torch's "index out of range in self"."""
+    from kvcache_bench.study.prompts import PromptTokens, vocabulary_problem
+
+    prompts = [PromptTokens([1, 5, 9], [3]), PromptTokens([2, 700], [4])]
+    assert vocabulary_problem(prompts, ["a", "b"], 701, "models/m") is None
+    problem = vocabulary_problem(prompts, ["a", "b"], 512, "models/m")
+    assert problem.startswith("example 'b': its prompt holds token id 700, but the model has embeddings for ids 0..511 only")
+    assert "the tokenizer in 'models/m' is not this model's" in problem

@@ -37,7 +37,13 @@ from kvcache_bench.methods.registry import (
 )
 from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE, check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
-from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, PromptTokens, build_prompt_tokens, extra_stop_ids
+from kvcache_bench.study.prompts import (
+    NEWLINE_STOP_TASKS,
+    PromptTokens,
+    build_prompt_tokens,
+    extra_stop_ids,
+    vocabulary_problem,
+)
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
 log = logging.getLogger(__name__)
@@ -364,6 +370,9 @@ def run_cell(
         build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
         for row in rows
     ]
+    rows_ids = [str(row.get("_id")) for row in rows]
+    if problem := vocabulary_problem(prompts, rows_ids, model.get_input_embeddings().num_embeddings, model_settings.path):
+        raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
     if generator.press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config

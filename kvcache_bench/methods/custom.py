@@ -8,6 +8,7 @@ the method a wrapper press wraps (a list for ComposedPress).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import os
 import re
@@ -39,15 +40,64 @@ def methods_needed(name: str, custom_methods: dict | None) -> dict:
     return needed
 
 
-def press_files(name: str, custom_methods: dict | None) -> list[str]:
-    """Workflow-relative files (``presses/<file>.py``) the construction of ``name`` imports."""
+def _module_files(module: str, level: int, importer: str, workdir: str) -> list[str]:
+    """The workflow-relative .py files an import of ``module`` (``level`` dots) from ``importer`` can load: from
+    the importer's folder (relative, or beside it on sys.path) or the workflow directory (Snakemake's cwd)."""
+    folder = os.path.dirname(importer)
+    if level:
+        for _ in range(level - 1):
+            folder = os.path.dirname(folder)
+        roots = [folder]
+    else:
+        roots = [folder, ""]
+    relative = module.replace(".", os.sep) if module else ""
+    found = []
+    for root in roots:
+        for candidate in (os.path.join(root, relative + ".py"), os.path.join(root, relative, "__init__.py")):
+            candidate = os.path.normpath(candidate)
+            if relative and os.path.isfile(os.path.join(workdir, candidate)) and not candidate.startswith(".."):
+                found.append(candidate)
+    return found
+
+
+def workflow_imports(path: str, workdir: str = ".") -> list[str]:
+    """``path`` and every module of the workflow directory it imports, at any depth: a press whose helper
+    module changed must rerun (editing a helper beside a press once planned nothing, and a forced rerun moved
+    the score from 54.54 to 0.00). Packages installed elsewhere are versioned in the manifests instead."""
+    seen, pending = set(), [os.path.normpath(path)]
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            tree = ast.parse(open(os.path.join(workdir, current), encoding="utf-8").read())
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            continue  # its check job says why it does not import
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                wanted = [(alias.name, 0) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                wanted = [(base, node.level)] + [(f"{base}.{a.name}" if base else a.name, node.level) for a in node.names]
+            else:
+                continue
+            for module, level in wanted:
+                pending += _module_files(module, level, current, workdir)
+    return sorted(seen)
+
+
+def press_files(name: str, custom_methods: dict | None, workdir: str = ".") -> list[str]:
+    """Workflow-relative files (``presses/<file>.py`` and the workflow's modules they import) the construction
+    of ``name`` runs."""
     files = {press_file_of(settings["press"]) for settings in methods_needed(name, custom_methods).values()}
-    return sorted(f for f in files if f)
+    return sorted({module for f in files if f for module in workflow_imports(f, workdir)})
 
 
 def press_code_hash(name: str, custom_methods: dict | None, workdir: str = ".") -> str:
-    """sha256 over the press files a method is built from ("" for a built-in): part of its jobs' params."""
-    files = press_files(name, custom_methods)
+    """sha256 over the press files a method is built from and the workflow modules they import ("" for a
+    built-in): part of its jobs' params."""
+    files = press_files(name, custom_methods, workdir)
     if not files:
         return ""
     digest = hashlib.sha256()

@@ -297,6 +297,20 @@ def build_prompt_tokens(
     )
 
 
+def vocabulary_problem(prompts: list[PromptTokens], ids: list[str], embedding_rows: int, tokenizer_path: str) -> str | None:
+    """A prompt token id the model has no embedding for: the tokenizer is not this model's (torch would stop
+    with "IndexError: index out of range in self", naming neither)."""
+    for prompt, example in zip(prompts, ids):
+        largest = max(prompt.context_ids + prompt.question_ids, default=-1)
+        if largest >= embedding_rows:
+            return (
+                f"example {example!r}: its prompt holds token id {largest}, but the model has embeddings for ids "
+                f"0..{embedding_rows - 1} only: the tokenizer in {tokenizer_path!r} is not this model's (a tokenizer "
+                "of a larger vocabulary). Use the tokenizer the model was trained with."
+            )
+    return None
+
+
 def extra_stop_ids(tokenizer, task: str) -> set[int]:
     """Task-specific stops beyond the model's end-of-turn tokens (LongBench stops samsum at a newline)."""
     if task in NEWLINE_STOP_TASKS:

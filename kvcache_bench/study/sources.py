@@ -1,16 +1,61 @@
 """The inputs a number depends on that the workflow does not make: local data files and model folders, hub copies.
 
-A local file enters the DAG as a Snakemake input of the job that reads it, so editing it in place reruns
-exactly the jobs (and cells) made from it; its path alone in a param would not. A hub copy has no file in
-the DAG: the commit it resolved to is recorded in the manifest of what was made from it (``hub_revision``).
-A config may pin one (``revision:`` of a dataset or model): the pin is a param of the jobs that read it, so a
-new pin reruns exactly them.
+A local file enters the DAG as an ``ancient`` input of the job that reads it (it must exist; its mtime is not
+asked) and by its content as a param (``content_of``): a file whose bytes changed reruns exactly the jobs (and
+cells) made from it, whatever its mtime (``cp -p``, ``tar x`` and ``rsync -a`` leave an older one), and a
+replacement with the same bytes reruns nothing. The hashes are kept in the workflow directory and reused while
+a file's size, mtime and inode are unchanged, so an 8B model's weights are read once, not at every parse.
+A hub copy has no file in the DAG: the commit it resolved to is recorded in the manifest of what was made from
+it (``hub_revision``). A config may pin one (``revision:`` of a dataset or model): the pin is a param of the
+jobs that read it, so a new pin reruns exactly them.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import json
 import os
 from pathlib import Path
+
+HASH_CACHE = Path(".snakemake/kvcache-bench/source-hashes.json")
+
+
+@functools.cache
+def _hash_cache() -> dict:
+    try:
+        return json.loads(HASH_CACHE.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read once while its size, mtime and inode stay as they were."""
+    stat = os.stat(path)
+    key = os.path.realpath(path)
+    identity = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
+    cached = _hash_cache().get(key)
+    if cached and cached[:3] == identity:
+        return cached[3]
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 24), b""):
+            digest.update(block)
+    _hash_cache()[key] = [*identity, digest.hexdigest()]
+    try:
+        from kvcache_bench.io import write_json_atomic
+
+        HASH_CACHE.parent.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(HASH_CACHE, _hash_cache())
+    except OSError:
+        pass  # a read-only checkout hashes again next time; nothing is wrong with the result
+    return digest.hexdigest()
+
+
+def content_of(paths: list[str]) -> dict[str, str]:
+    """{file name: sha256} of local source files: the param that reruns their jobs when (and only when) their
+    bytes change, recorded in every manifest made from them (which weights, which data)."""
+    return {str(path): file_sha256(path) for path in sorted(paths)}
 
 
 def local_dataset_files(dataset: dict, task: str) -> list[str]:
@@ -34,6 +79,13 @@ def local_model_files(model: dict) -> list[str]:
     if not folder.is_dir():
         return []
     return sorted(str(path) for path in folder.iterdir() if path.is_file() and not path.name.startswith("."))
+
+
+def local_tokenizer_files(path: str | None) -> list[str]:
+    """The files of a local tokenizer folder the workflow does not make (none for a hub id or a results/ output)."""
+    if not path or str(path).startswith("results/") or not os.path.isdir(path):
+        return []
+    return sorted(str(p) for p in Path(path).iterdir() if p.is_file() and not p.name.startswith("."))
 
 
 def hub_cache_dir() -> Path:
