@@ -1,5 +1,6 @@
-# Stage 2: refuse bad targets before any GPU job. Every generation job takes its check's output as
-# input, so a refused target produces nothing downstream and (with --keep-going) the others go on.
+# Stage 2: what each method does to the cache, measured once per method. Every generation job takes its
+# method's measurement as input and judges its own cell from it before any GPU time (study.cell_checks): a
+# refused cell writes why instead of predictions, and the study's tables list it.
 
 
 # One job per method (seconds of CPU: a cluster runs it in the Snakemake process), its params that method's
@@ -21,24 +22,6 @@ rule check_method:
         press_code=press_code,
     script:
         "../scripts/check_method.py"
-
-
-rule check_config:
-    input:
-        properties=rules.check_method.output.properties,
-    output:
-        ok=f"results/checks/{CELL_PATTERN}.ok",
-    log:
-        f"logs/check_config/{CELL_PATTERN}.log",
-    localrule: True
-    conda:
-        "../envs/analysis.yaml"
-    params:
-        code=package_code("check_config.py"),
-        custom_methods=custom_methods_needed,
-        max_new_tokens=max_new_tokens,
-    script:
-        "../scripts/check_config.py"
 
 
 # No output: like `plan`, it runs whenever asked. Its inputs are every method's check, measured once

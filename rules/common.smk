@@ -89,7 +89,7 @@ LLAMA3_TOKENIZER_DIR = "results/tokenizers/llama-3.1"
 def cell_problems(cell):
     """Why a cell cannot run, judged from the config and, for a built-in method, the properties the package ships
     (measured by the code check_method runs): a dry run knows them before any job. A custom press is measured by
-    its check job only, whose check_config has the last word for every cell."""
+    its check job only; each generate job judges its cell again from that measurement and has the last word."""
     task = cell["task"]
     new_tokens = study.max_new_tokens(config, task) if task in KNOWN_TASKS else None
     properties = parse_time_properties(cell["method"], config)

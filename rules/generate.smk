@@ -5,8 +5,8 @@ rule generate:
     input:
         unpack(model_inputs),
         rows="results/data/{dataset}/{task}.jsonl",
-        ok=rules.check_config.output.ok,
-        # what the method was measured to do: a press that masks slots decodes one example at a time
+        # what the method was measured to do: the job judges its cell from it first (a refused cell writes why),
+        # and a press that masks slots decodes one example at a time
         properties=rules.check_method.output.properties,
     output:
         predictions=f"results/predictions/{CELL_PATTERN}.jsonl",

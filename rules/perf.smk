@@ -26,6 +26,9 @@ rule perf:
         code=package_code("perf.py"),
         model_settings=model_settings,
         model_sha256=model_content,
+        # the cell's own check (not_run.refusal_of) reads these with its method's properties
+        custom_methods=custom_methods_needed,
+        max_new_tokens=max_new_tokens,
         context_source=PERF["context_source"],
         hardware=PERF["hardware"],
         settings=perf_settings,

@@ -32,9 +32,10 @@ def perf_outputs():
 
 
 def perf_inputs(wildcards):
-    """The cell's config check; the dataset's rows when contexts are cut from documents; a built model."""
+    """The method's measured properties (the job judges its cell from them); the dataset's rows when contexts are
+    cut from documents; a built model."""
     cell = dict(wildcards.items(), question_mode="question_aware", decode_batch_size="1")
-    inputs = {"ok": cell_path("checks", cell, ".ok")}
+    inputs = {"properties": f"results/checks/methods/{wildcards.method}.json"}
     if PERF["context_source"] == "dataset":
         inputs["rows"] = "results/data/{dataset}/{task}.jsonl".format(**cell)
     inputs.update(model_inputs(wildcards))

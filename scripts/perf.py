@@ -9,8 +9,8 @@ from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())
 p = settings_of(job)
-if refused := refusal_of(job):  # its check job refused it: a perf record of a refused cell would time nothing meant
-    raise SystemExit("refused perf target (its check job):\n" + "\n".join(f"  - {problem}" for problem in refused))
+if refused := refusal_of(job):  # refused from its method's measurement: a perf record would time nothing meant
+    raise SystemExit("refused perf target (from its method's measured properties):\n" + "\n".join(f"  - {problem}" for problem in refused))
 # contexts cut from documents need the tokenizer; filler contexts are token ids (a built shape may have none)
 with gpu_job(job, tokenizer=p.context_source == "dataset") as entered:
     records, accounting = run_perf_job(

@@ -161,3 +161,69 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# ------------------------------------------------------------------------------------------ tiers
+# Every test gets one tier marker, so a tier can be run alone (`pytest -m unit`, the edit loop's minutes):
+#   unit      in-process, no model download or subprocess: the package's logic
+#   workflow  runs Snakemake, a script or a model worker in a subprocess (directly or through a fixture/helper)
+#   model     reads a real pretrained model or tokenizer (SmolLM2, Llama 3.1's tokenizer)
+#   cluster   needs the project's one-node SLURM (tests/test_slurm.py)
+#   gpu       needs a CUDA GPU
+# A test may carry its tier explicitly; otherwise it is read from what the test and the fixtures and test-module
+# helpers it calls do, so a new test lands in the right tier without anyone remembering to mark it.
+TIERS = ("unit", "workflow", "model", "cluster", "gpu")
+MODEL_FIXTURES = {"smollm2_model_dir", "smollm2_tokenizer", "llama3_tokenizer_dir", "llama3_tokenizer"}
+_SPAWNS = re.compile(r"\b(run_snakemake|copy_workflow|subprocess|Popen|multiprocessing)\b")
+_CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
+
+
+def _is_test_code(obj) -> bool:
+    module = getattr(obj, "__module__", "") or ""
+    return module == "conftest" or module.startswith("test_")
+
+
+def _spawns(func, seen: set | None = None) -> bool:
+    """Whether ``func`` (a test, fixture or test-module helper) starts a process, itself or through the
+    test-module functions it calls."""
+    import inspect
+
+    seen = set() if seen is None else seen
+    if func in seen:
+        return False
+    seen.add(func)
+    try:
+        source = inspect.getsource(func)
+    except (OSError, TypeError):
+        return False
+    if _SPAWNS.search(source):
+        return True
+    scope = getattr(func, "__globals__", {})
+    return any(
+        inspect.isfunction(scope.get(name)) and _is_test_code(scope[name]) and _spawns(scope[name], seen)
+        for name in set(_CALLED.findall(source))
+    )
+
+
+def _tier_of(item) -> str:
+    if item.get_closest_marker("gpu"):
+        return "gpu"
+    if item.path.name == "test_slurm.py":
+        return "cluster"
+    fixtures = [
+        definition.func
+        for name in item.fixturenames
+        for definition in item._fixtureinfo.name2fixturedefs.get(name, ())
+        if _is_test_code(definition.func)
+    ]
+    if MODEL_FIXTURES & set(item.fixturenames):
+        return "model"
+    if _spawns(getattr(item, "function", None)) or any(_spawns(func) for func in fixtures):
+        return "workflow"
+    return "unit"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if not any(item.get_closest_marker(tier) for tier in TIERS):
+            item.add_marker(getattr(pytest.mark, _tier_of(item)))

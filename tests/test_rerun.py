@@ -108,7 +108,7 @@ def test_a_touched_or_checked_out_script_plans_nothing_and_a_real_edit_plans_its
     assert planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout) == {}
     _append_code(finished_demo / "scripts/score.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
-    assert jobs["score"] == 78 and "generate" not in jobs and "check_config" not in jobs
+    assert jobs["score"] == 78 and "generate" not in jobs and "check_method" not in jobs
 
 
 def test_an_engine_edit_plans_the_generate_jobs_again(finished_demo):

@@ -9,7 +9,7 @@ import yaml
 from conftest import FAKE_HF_TOKEN, planned_jobs, run_snakemake, write_config
 
 PIPELINE_RULES = {
-    "check_method", "check_config", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
+    "check_method", "generate", "score", "aggregate", "figure_quality_vs_retention", "all",
 }
 
 
@@ -148,7 +148,7 @@ def test_the_all_methods_demo_plans_every_method_that_runs_offline(workflow_copy
     assert result.returncode == 0, result.stderr[-3000:]
     assert "refused target" not in result.stderr
     jobs = planned_jobs(result.stdout)
-    assert jobs["generate"] == jobs["score"] == jobs["check_config"] == jobs["check_method"] == len(offline)
+    assert jobs["generate"] == jobs["score"] == jobs["check_method"] == len(offline)
     assert jobs["ranking"] == 1 and jobs["figure_quality_vs_retention"] == 1
     assert jobs["figure_quality_by_family"] == 1  # past eight methods, the appendix draws every one by family
 
@@ -173,7 +173,7 @@ def test_a_decoding_press_runs_with_a_budget_its_answers_reach_and_is_refused_at
     before_any_job = "synthetic/synthetic_qa/canary/decoding_tova/question_aware/retention-1.00_batch-1_decode-2"
     assert f"refused target {before_any_job}, not run" in result.stderr
     by_its_check = "synthetic/synthetic_qa/canary/decoding_streaming_llm/question_aware/retention-1.00_batch-1_decode-2"
-    log = (workflow_copy / "logs/check_config" / f"{by_its_check}.log").read_text()
+    log = (workflow_copy / "logs/generate" / f"{by_its_check}.log").read_text()  # judged by its own job
     assert "method_kwargs.decoding_streaming_llm.compression_interval = 512" in log
     not_run = json.loads((workflow_copy / f"results/predictions/{by_its_check}.jsonl.manifest.json").read_text())
     assert not_run["records"] == 0 and "compression_interval = 512" in not_run["not_run"][0]

@@ -9,7 +9,7 @@ from conftest import REPO, run_snakemake
 GPU_RULES = {"generate", "perf", "train_canary"}
 # Seconds of CPU or less per job: a cluster runs them in the Snakemake process rather than queueing each.
 LOCAL_RULES = {
-    "check_method", "check_config", "doctor", "score", "aggregate", "ranking", "figure_quality_vs_retention",
+    "check_method", "doctor", "score", "aggregate", "ranking", "figure_quality_vs_retention",
     "figure_paired_scatter", "figure_batch_size", "figure_question_change", "perf_summary", "figure_perf", "perf_all", "plan",
     "sweep_cost", "padding_probe_table", "figure_padding_probe", "figure_quality_by_family", "kvpress_export",
     "figure_needle_heatmap",

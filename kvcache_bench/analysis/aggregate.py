@@ -142,7 +142,7 @@ def build_summary(
     if len(score_files) != len(cells):
         raise ValueError(f"{len(score_files)} score files for {len(cells)} cells")
     if not cells:
-        raise ValueError("no accepted cell to tabulate: the config check refused every target (see logs/check_config/)")
+        raise ValueError("no accepted cell to tabulate: every target was refused (see logs/generate/)")
     expected_ns = expected_ns or [None] * len(score_files)
     scores_by_cell = [read_scores(path) for path in score_files]
     baselines: dict[tuple, dict[int, dict[str, float]]] = {}

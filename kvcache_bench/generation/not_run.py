@@ -1,9 +1,11 @@
-"""A cell its check job refused: the generate job writes why instead of predictions (imports no torch).
+"""A cell judged refused by its own job: it writes why instead of predictions (imports no torch).
 
-The check job (``scripts/check_config.py``) refuses from what it measured when a dry run could not know it (a
-custom press, or method_kwargs that change a built-in's budget). Its verdict, not a failed job, travels: an empty
-predictions file whose manifest says ``not_run`` and why, carried by the score's manifest into the study's tables,
-so one refused cell never keeps the other cells' tables and figures from being made.
+A dry run refuses what the properties shipped with the package tell it (rules/common.smk); a generate job judges
+its cell again from what its method's check measured (its ``properties`` input: a custom press, or method_kwargs
+that change a built-in's budget, are known only then). One job per cell used to do that (``check_config``, a
+Python process per cell: a third of a study's jobs). The verdict, not a failed job, travels: an empty predictions
+file whose manifest says ``not_run`` and why, carried by the score's manifest into the study's tables, so one
+refused cell never keeps the other cells' tables and figures from being made.
 """
 
 from __future__ import annotations
@@ -18,12 +20,22 @@ from kvcache_bench.workflow import logging_to, params_of, settings_of
 
 
 def refusal_of(job) -> list[str]:
-    """Why the cell's check refused it (its verdict, the job's ``ok`` input), or nothing."""
-    ok = dict(job.input.items()).get("ok")  # a job run outside the workflow may have no check
-    if ok is None:
+    """Why the job's cell cannot run, judged from its method's measured properties (the ``properties`` input),
+    or nothing. A perf cell is question-aware at decode batch 1."""
+    from kvcache_bench.study.cell_checks import Cell, problems_with
+
+    properties = dict(job.input.items()).get("properties")  # a job run outside the workflow may have none
+    if properties is None:
         return []
-    verdict = json.loads(Path(ok).read_text())
-    return (verdict.get("problems") or []) if verdict.get("status") == "refused" else []
+    p = settings_of(job)
+    cell = Cell(
+        p.dataset, p.task, p.model, p.method, getattr(p, "question_mode", "question_aware"), p.retention, p.batch_size,
+        getattr(p, "decode_batch_size", 1),
+    )
+    measured = json.loads(Path(properties).read_text())
+    return problems_with(
+        cell, getattr(p, "custom_methods", None), measured=measured, max_new_tokens=getattr(p, "max_new_tokens", None)
+    )
 
 
 def write_not_run(job, problems: list[str]) -> None:
@@ -31,4 +43,4 @@ def write_not_run(job, problems: list[str]) -> None:
     with logging_to(job):
         write_jsonl_atomic(job.output.predictions, [])
         write_manifest(job.output.predictions, params_of(job), settings_of(job).seed, extra={"records": 0, "not_run": problems})
-        logging.getLogger("kvcache_bench").error("not run, refused by its check: %s", "; ".join(problems))
+        logging.getLogger("kvcache_bench").error("not run, refused from its method's measured properties: %s", "; ".join(problems))

@@ -27,7 +27,8 @@ fi
 
 # Work in a scratch copy so the checkout's results/ stay untouched.
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/multigpu.XXXXXX")
-trap 'kill ${SAMPLER:-} 2>/dev/null || true; rm -rf "$WORK"' EXIT
+# the run's model workers leave within a second of it, writing their logs' manifests: retry until they have
+trap 'kill ${SAMPLER:-} 2>/dev/null || true; for _ in 1 2 3 4 5 6 7 8 9 10; do rm -rf "$WORK" 2>/dev/null && break; sleep 1; done' EXIT
 tar --exclude=./results --exclude=./logs --exclude=./.snakemake --exclude=./.whl --exclude=./.git \
     --exclude=./.venv --exclude=./multigpu-out -cf - . | tar -xf - -C "$WORK"
 cd "$WORK"
@@ -39,9 +40,9 @@ rm -f "$KVCACHE_BENCH_GPU_TRACE"
 unset CUDA_VISIBLE_DEVICES
 
 # Build the model, data and checks first, so that the generation jobs are all that runs when timed.
-"$PYTHON" -m snakemake --cores all --configfile multigpu/multigpu.yaml --until check_config build_demo_model \
+"$PYTHON" -m snakemake --cores all --configfile multigpu/multigpu.yaml --omit-from generate \
   > "$OUT/snakemake.log" 2>&1
-targets=$(find results/checks -name '*.ok' | sed 's#^results/checks/#results/predictions/#; s#\.ok$#.jsonl#')
+targets=$("$PYTHON" -m snakemake -n --configfile multigpu/multigpu.yaml 2>&1 | grep -o 'results/predictions/[^ ,]*\.jsonl' | sort -u)
 
 if [ -z "$rehearsal" ]; then
   nvidia-smi --query-compute-apps=timestamp,pid,gpu_uuid,used_memory --format=csv,noheader -lms 200 \
