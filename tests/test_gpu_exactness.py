@@ -1,4 +1,4 @@
-"""Exactness on a GPU (skipped without CUDA): what tools/gpu/batched_decode_h200.py checked by hand.
+"""Exactness on a GPU (skipped without CUDA): what the retired tools/gpu/batched_decode_h200.py checked by hand (git show 7fee214:tools/gpu/batched_decode_h200.py).
 
 fp32 (TF32 off) on Llama-3.1-8B's shape with random weights: SnapKV 50%, question-aware, prompts of about
 1.5k tokens of uneven length; decoding 4 compressed caches together (static cache, CUDA-graph steps) gives
