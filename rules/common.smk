@@ -2,6 +2,7 @@
 
 import functools
 import glob
+import json
 import os
 import re
 import sys
@@ -16,6 +17,7 @@ from kvcache_bench.workflow import export_package_path, package_code_hash
 export_package_path(workflow.basedir)
 
 import yaml
+from pathlib import Path
 
 from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.data.kvpress_datasets import BENCHMARKS as KVPRESS_BENCHMARKS
@@ -40,6 +42,7 @@ from kvcache_bench.study.shared_results import (
     claim_results_dir,
     forcerun_in_command_line,
     foreign_outputs_refusal,
+    gone_intermediates_refusal,
     record_this_path,
 )
 from kvcache_bench.study.sources import content_of, local_dataset_files, local_model_files, local_tokenizer_files
@@ -341,6 +344,15 @@ def expected_data_settings(dataset, task):
     return None
 
 
+def tabulated_cells(table):
+    """The cells a table's manifest says it tabulated (as sorted JSON), none when it has no manifest."""
+    try:
+        cells = json.loads(Path(f"{table}.manifest.json").read_text())["params"]["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {json.dumps(cell, sort_keys=True) for cell in cells}
+
+
 def refuse_another_studys_outputs():
     """Files another directory's run wrote into results/ under other settings are refused at parse, before any
     job (study.shared_results): the data first, then predictions and the table."""
@@ -356,8 +368,23 @@ def refuse_another_studys_outputs():
         cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
     )
     # the files --forcerun names are remade by this run: the refusal's own remedy
-    refusal = foreign_outputs_refusal(expected, forced=forcerun_in_command_line(sys.argv))
+    forced = forcerun_in_command_line(sys.argv)
+    refusal = foreign_outputs_refusal(expected, forced=forced)
     if refusal:
+        raise StudyConfigError(refusal)
+    # a file `rm`-ed while what was made from it remains (once this project's own advice): remade only when asked.
+    # The table counts only for the cells it tabulated: a cell added to the study is no file gone.
+    tabulated = tabulated_cells("results/tables/summary.csv")
+    chains = [
+        [
+            f"results/data/{cell['dataset']}/{cell['task']}.jsonl",
+            cell_path("predictions", cell, ".jsonl"),
+            cell_path("scores", cell, ".jsonl"),
+            *(["results/tables/summary.csv"] if json.dumps(typed, sort_keys=True) in tabulated else []),
+        ]
+        for cell, typed in zip(STUDY_CELLS, cells_for_table())
+    ]
+    if refusal := gone_intermediates_refusal(chains, forced):
         raise StudyConfigError(refusal)
 
 

@@ -146,3 +146,32 @@ def test_another_study_in_the_same_results_leaves_every_cell_of_the_first_up_to_
     assert set(planned_jobs(b.stdout + b.stderr)) == tables, (b.stdout + b.stderr)[-3000:]
     again = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True)
     assert set(planned_jobs(again.stdout)) == {"aggregate", "ranking", "all"} | FIGURE_RULES, again.stdout[-3000:]
+
+
+def test_a_removed_prediction_is_named_with_the_command_that_remakes_it_and_its_table(finished_demo):
+    """`rm` of a prediction (once this project's own remedy) left Snakemake 9 with "Nothing to be done" and the
+    table listing a cell whose files were gone: now the run stops naming it, and the printed command remakes it."""
+    cell = "results/predictions/synthetic/synthetic_qa/canary/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl"
+    table = (finished_demo / "results/tables/summary.csv").read_text()
+    (finished_demo / cell).unlink()
+    refused = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml")
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0
+    assert f"{cell} is gone, but {cell.replace('predictions', 'scores', 1)}, made from it, remains" in output
+    remedy = re.search(r"`--forcerun ([^`]+)`", output)
+    assert remedy and remedy.group(1) == cell, output[-2000:]
+    remade = run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/demo.yaml", "--forcerun", cell)
+    assert remade.returncode == 0, (remade.stdout + remade.stderr)[-3000:]
+    jobs = planned_jobs(remade.stdout + remade.stderr)
+    assert jobs["generate"] == 1 and jobs["score"] == 1 and jobs["aggregate"] == 1, jobs
+    assert (finished_demo / cell).exists() and (finished_demo / "results/tables/summary.csv").read_text() == table
+
+
+def test_a_cell_added_to_a_finished_study_is_no_file_gone(finished_demo):
+    import yaml
+
+    demo = yaml.safe_load((finished_demo / "config/demo.yaml").read_text())
+    (finished_demo / "config/more.yaml").write_text(yaml.safe_dump({**demo, "retentions": [*demo["retentions"], 0.75]}))
+    planned = run_snakemake(finished_demo, "-n", "--configfile", "config/more.yaml")
+    assert planned.returncode == 0, (planned.stdout + planned.stderr)[-3000:]
+    assert "is gone" not in planned.stdout + planned.stderr

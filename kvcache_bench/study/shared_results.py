@@ -42,6 +42,36 @@ def record_this_path(workdir: str | os.PathLike = ".") -> None:
         write_json_atomic(Path(workdir, EARLIER_PATHS), [*paths, here])
 
 
+def gone_intermediates(chains: list[list[str]], forced: Iterable[str] = ()) -> list[str]:
+    """Files removed while a file made from them remains: each chain lists a cell's files in the order they are
+    made (data, predictions, scores, table). Snakemake 9 would not remake them ("Nothing to be done"), and the
+    table would go on listing a cell whose files are gone; one line per such file, naming what remains."""
+    remade = {os.path.normpath(path) for path in forced}
+    gone: dict[str, str] = {}
+    for chain in chains:
+        if remade & {os.path.normpath(path) for path in chain}:
+            continue  # a file of it is forced: this run remakes it and everything after it, and what it needs
+        for index, path in enumerate(chain):
+            if path in gone or os.path.exists(path):
+                continue
+            later = next((made for made in chain[index + 1:] if os.path.exists(made)), None)
+            if later is not None:
+                gone[path] = later
+    return [f"{path} is gone, but {later}, made from it, remains" for path, later in gone.items()]
+
+
+def gone_intermediates_refusal(chains: list[list[str]], forced: Iterable[str] = ()) -> str | None:
+    problems = gone_intermediates(chains, forced)
+    if not problems:
+        return None
+    paths = [problem.split(" is gone, but ", 1)[0] for problem in problems]
+    return (
+        "files were removed while the files made from them remain, so Snakemake would not remake them and the "
+        "tables would still show what they held:\n" + "\n".join(f"  - {problem}" for problem in problems)
+        + "\n" + forcerun_remedy(paths)
+    )
+
+
 def forcerun_in_command_line(argv: list[str]) -> set[str]:
     """What ``--forcerun``/``-R`` names in a snakemake command line. Snakemake parses the Snakefile before it sets
     its DAG settings (``workflow.dag_settings`` is None while the rules are read), so a parse-time check reads the
