@@ -316,6 +316,7 @@ def expected_generation_settings(cell):
     return dict(
         task=cell["task"],
         model_settings=model_settings(wildcards),
+        model_sha256=model_content(wildcards),
         method=cell["method"],
         retention=float(cell["retention"]),
         batch_size=int(cell["batch_size"]),

@@ -175,3 +175,16 @@ def test_a_cell_added_to_a_finished_study_is_no_file_gone(finished_demo):
     planned = run_snakemake(finished_demo, "-n", "--configfile", "config/more.yaml")
     assert planned.returncode == 0, (planned.stdout + planned.stderr)[-3000:]
     assert "is gone" not in planned.stdout + planned.stderr
+
+
+def test_a_clone_given_the_same_studys_results_is_not_refused(demo_run, tmp_path):
+    """The shared-results check holds data, predictions (weights' hash included) and the table to this config's
+    settings, each read from the rule that makes it: the same study's files, made in another directory, pass."""
+    from conftest import copy_workflow
+
+    clone = copy_workflow(tmp_path / "clone")
+    shutil.copytree(demo_run / "results", clone / "results")
+    planned = run_snakemake(clone, "-n", "--configfile", "config/demo.yaml")
+    output = planned.stdout + planned.stderr
+    assert planned.returncode == 0 and "another study's files" not in output, output[-3000:]
+    assert "Nothing to be done" in output
