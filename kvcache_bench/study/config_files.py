@@ -80,7 +80,8 @@ def read_config_file(path: str | os.PathLike) -> dict:
     except UnicodeDecodeError as error:
         raise ConfigFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
     _refuse_alias_bombs(path, text)
-    return yaml.load(text, Loader=DuplicateKeyLoader) or {}
+    with open(path, encoding="utf-8") as handle:  # from the file: a mark names it (not "<unicode string>")
+        return yaml.load(handle, Loader=DuplicateKeyLoader) or {}
 
 
 def study_config_files(workflow) -> list[str]:
