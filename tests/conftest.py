@@ -175,6 +175,8 @@ def one_torch_thread():
 TIERS = ("unit", "workflow", "model", "cluster", "gpu")
 MODEL_FIXTURES = {"smollm2_model_dir", "smollm2_tokenizer", "llama3_tokenizer_dir", "llama3_tokenizer"}
 _SPAWNS = re.compile(r"\b(run_snakemake|copy_workflow|subprocess|Popen|multiprocessing)\b")
+# a real model's files (SmolLM2's GGUF, Llama 3.1's tokenizer) or the trained canary's report card, read in-process
+_READS_A_MODEL = re.compile(r"smollm2|gguf|llama3|llama_models|canary_report", re.I)
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
@@ -183,9 +185,9 @@ def _is_test_code(obj) -> bool:
     return module == "conftest" or module.startswith("test_")
 
 
-def _spawns(func, seen: set | None = None) -> bool:
-    """Whether ``func`` (a test, fixture or test-module helper) starts a process, itself or through the
-    test-module functions it calls."""
+def _does(func, sign: re.Pattern, seen: set | None = None) -> bool:
+    """Whether ``func`` (a test, fixture or test-module helper) shows ``sign``, itself or in the test-module
+    functions it calls."""
     import inspect
 
     seen = set() if seen is None else seen
@@ -196,11 +198,11 @@ def _spawns(func, seen: set | None = None) -> bool:
         source = inspect.getsource(func)
     except (OSError, TypeError):
         return False
-    if _SPAWNS.search(source):
+    if sign.search(source):
         return True
     scope = getattr(func, "__globals__", {})
     return any(
-        inspect.isfunction(scope.get(name)) and _is_test_code(scope[name]) and _spawns(scope[name], seen)
+        inspect.isfunction(scope.get(name)) and _is_test_code(scope[name]) and _does(scope[name], sign, seen)
         for name in set(_CALLED.findall(source))
     )
 
@@ -216,10 +218,13 @@ def _tier_of(item) -> str:
         for definition in item._fixtureinfo.name2fixturedefs.get(name, ())
         if _is_test_code(definition.func)
     ]
-    if MODEL_FIXTURES & set(item.fixturenames):
+    code = [getattr(item, "function", None), *fixtures]
+    if MODEL_FIXTURES & set(item.fixturenames) or any(_does(func, _READS_A_MODEL) for func in fixtures):
         return "model"
-    if _spawns(getattr(item, "function", None)) or any(_spawns(func) for func in fixtures):
+    if any(_does(func, _SPAWNS) for func in code):
         return "workflow"
+    if _does(code[0], _READS_A_MODEL):
+        return "model"
     return "unit"
 
 
