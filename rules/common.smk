@@ -268,14 +268,8 @@ def dataset_content(wildcards):
 def tokenizer_content(dpath):
     """{file: sha256} of the local tokenizer folder at ``dpath`` of the config ({} for a hub id or a folder this
     workflow makes): a tokenizer replaced by other files reruns the data jobs sized with it."""
-
-    def content(wildcards):
-        value = config
-        for key in dpath.format(**wildcards).split("/"):
-            value = value.get(key) if isinstance(value, dict) else None
-        return content_of(local_tokenizer_files(value))
-
-    return content
+    folder = lookup(dpath=dpath, within=config, default=None)
+    return lambda wildcards: content_of(local_tokenizer_files(folder(wildcards)))
 
 
 def max_new_tokens(wildcards):

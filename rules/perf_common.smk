@@ -35,7 +35,7 @@ def perf_inputs(wildcards):
     """The method's measured properties (the job judges its cell from them); the dataset's rows when contexts are
     cut from documents; a built model."""
     cell = dict(wildcards.items(), question_mode="question_aware", decode_batch_size="1")
-    inputs = {"properties": f"results/checks/methods/{wildcards.method}.json"}
+    inputs = {"properties": rules.check_method.output.properties.format(method=wildcards.method)}
     if PERF["context_source"] == "dataset":
         inputs["rows"] = "results/data/{dataset}/{task}.jsonl".format(**cell)
     inputs.update(model_inputs(wildcards))

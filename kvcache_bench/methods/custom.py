@@ -12,6 +12,7 @@ import ast
 import hashlib
 import os
 import re
+from pathlib import Path
 
 from kvcache_bench.methods.catalogue import WRAPPER_CLASSES
 from kvcache_bench.methods.constructions import constructor_fields, press_file_of, resolve_class
@@ -71,7 +72,7 @@ def workflow_imports(path: str, workdir: str = ".") -> list[str]:
             continue
         seen.add(current)
         try:
-            tree = ast.parse(open(os.path.join(workdir, current), encoding="utf-8").read())
+            tree = ast.parse(Path(workdir, current).read_text(encoding="utf-8"))
         except (OSError, SyntaxError, UnicodeDecodeError):
             continue  # its check job says why it does not import
         for node in ast.walk(tree):

@@ -9,6 +9,7 @@ And the order keys are written in is not a setting: the config reaches the rules
 
 from __future__ import annotations
 
+import io
 import os
 
 import yaml
@@ -80,8 +81,9 @@ def read_config_file(path: str | os.PathLike) -> dict:
     except UnicodeDecodeError as error:
         raise ConfigFileError(f"{path}: not UTF-8 text (byte {error.start})") from None
     _refuse_alias_bombs(path, text)
-    with open(path, encoding="utf-8") as handle:  # from the file: a mark names it (not "<unicode string>")
-        return yaml.load(handle, Loader=DuplicateKeyLoader) or {}
+    stream = io.StringIO(text)
+    stream.name = str(path)  # YAML's marks (a key written twice, line N) name the file, not "<unicode string>"
+    return yaml.load(stream, Loader=DuplicateKeyLoader) or {}
 
 
 def study_config_files(workflow) -> list[str]:

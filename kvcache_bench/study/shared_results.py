@@ -46,6 +46,11 @@ def gone_intermediates(chains: list[list[str]], forced: Iterable[str] = ()) -> l
     """Files removed while a file made from them remains: each chain lists a cell's files in the order they are
     made (data, predictions, scores, table). Snakemake 9 would not remake them ("Nothing to be done"), and the
     table would go on listing a cell whose files are gone; one line per such file, naming what remains."""
+    return [f"{path} is gone, but {later}, made from it, remains" for path, later in _gone(chains, forced).items()]
+
+
+def _gone(chains: list[list[str]], forced: Iterable[str]) -> dict[str, str]:
+    """{gone file: a file made from it that remains}."""
     remade = {os.path.normpath(path) for path in forced}
     gone: dict[str, str] = {}
     for chain in chains:
@@ -57,14 +62,13 @@ def gone_intermediates(chains: list[list[str]], forced: Iterable[str] = ()) -> l
             later = next((made for made in chain[index + 1:] if os.path.exists(made)), None)
             if later is not None:
                 gone[path] = later
-    return [f"{path} is gone, but {later}, made from it, remains" for path, later in gone.items()]
+    return gone
 
 
 def gone_intermediates_refusal(chains: list[list[str]], forced: Iterable[str] = ()) -> str | None:
-    problems = gone_intermediates(chains, forced)
+    paths, problems = list(_gone(chains, forced)), gone_intermediates(chains, forced)
     if not problems:
         return None
-    paths = [problem.split(" is gone, but ", 1)[0] for problem in problems]
     return (
         "files were removed while the files made from them remain, so Snakemake would not remake them and the "
         "tables would still show what they held:\n" + "\n".join(f"  - {problem}" for problem in problems)
@@ -93,10 +97,10 @@ def foreign_outputs_refusal(
     expected_by_output: dict[str, dict], workdir: str | os.PathLike = ".", forced: Iterable[str] = ()
 ) -> str | None:
     """Why this run must not start (another study's files in results/), with the command that remakes them."""
-    problems = foreign_output_problems(expected_by_output, workdir, forced)
-    if not problems:
+    found = _foreign_outputs(expected_by_output, workdir, forced)
+    if not found:
         return None
-    paths = [problem.split(" was made by the run in ", 1)[0] for problem in problems]
+    paths, problems = [output for output, _ in found], [problem for _, problem in found]
     return (
         "results/ holds another study's files:\n" + "\n".join(f"  - {problem}" for problem in problems)
         + "\nRun each study in its own directory, or remake these files for this config. "
@@ -109,6 +113,11 @@ def foreign_output_problems(
 ) -> list[str]:
     """Outputs whose manifest says another working directory made them, under settings this config does not ask.
     A file this run is told to remake (``--forcerun``, the remedy the refusal prints) is not a problem."""
+    return [problem for _, problem in _foreign_outputs(expected_by_output, workdir, forced)]
+
+
+def _foreign_outputs(expected_by_output: dict[str, dict], workdir, forced: Iterable[str]) -> list[tuple[str, str]]:
+    """[(output, why it is refused)] for foreign_output_problems and the refusal that names their remedy."""
     ours = {os.path.realpath(workdir), *earlier_paths(workdir)}
     remade = {os.path.normpath(path) for path in forced}
     problems = []
@@ -126,7 +135,7 @@ def foreign_output_problems(
         differences = settings_differences(manifest.get("params") or {}, expected)
         if differences:
             problems.append(
-                f"{output} was made by the run in {made_in} under other settings ({'; '.join(differences)})"
+                (output, f"{output} was made by the run in {made_in} under other settings ({'; '.join(differences)})")
             )
     return problems
 

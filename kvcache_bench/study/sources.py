@@ -30,7 +30,8 @@ def _hash_cache() -> dict:
 
 
 def file_sha256(path: str | os.PathLike) -> str:
-    """The sha256 of a file's bytes, read once while its size, mtime and inode stay as they were."""
+    """The sha256 of a file's bytes, read once while its size, mtime and inode stay as they were (the cache is
+    written back by ``content_of``, once for all the files it hashed)."""
     stat = os.stat(path)
     key = os.path.realpath(path)
     identity = [stat.st_size, stat.st_mtime_ns, stat.st_ino]
@@ -42,20 +43,23 @@ def file_sha256(path: str | os.PathLike) -> str:
         for block in iter(lambda: handle.read(1 << 24), b""):
             digest.update(block)
     _hash_cache()[key] = [*identity, digest.hexdigest()]
-    try:
-        from kvcache_bench.io import write_json_atomic
-
-        HASH_CACHE.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(HASH_CACHE, _hash_cache())
-    except OSError:
-        pass  # a read-only checkout hashes again next time; nothing is wrong with the result
     return digest.hexdigest()
 
 
 def content_of(paths: list[str]) -> dict[str, str]:
-    """{file name: sha256} of local source files: the param that reruns their jobs when (and only when) their
-    bytes change, recorded in every manifest made from them (which weights, which data)."""
-    return {str(path): file_sha256(path) for path in sorted(paths)}
+    """{file: sha256} of local source files: the param that reruns their jobs when (and only when) their bytes
+    change, recorded in every manifest made from them (which weights, which data)."""
+    before = dict(_hash_cache())
+    content = {str(path): file_sha256(path) for path in sorted(paths)}
+    if _hash_cache() != before:  # something was hashed now: kept for the next parse
+        try:
+            from kvcache_bench.io import write_json_atomic
+
+            HASH_CACHE.parent.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(HASH_CACHE, _hash_cache())
+        except OSError:
+            pass  # a read-only checkout hashes again next time; nothing is wrong with the result
+    return content
 
 
 def local_dataset_files(dataset: dict, task: str) -> list[str]:
