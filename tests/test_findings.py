@@ -3,7 +3,7 @@
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import summary_markdown
-from kvcache_bench.analysis.findings import needle_sentences, padding_sentences
+from kvcache_bench.analysis.findings import needle_sentences, padding_sentences, question_change_sentences
 
 
 def summary_rows():
@@ -50,3 +50,32 @@ def test_the_summary_lists_every_cell_the_config_asked_for_that_did_not_run_and_
     assert "## Not run: 1 cell(s) the config asked for" in markdown
     assert "| `d/t/m/kvzip/other_question/retention-0.25_batch-1_decode-32` | kvzip masks slots per head" in markdown
     assert "Not run" not in summary_markdown(summary)
+
+
+def question_rows():
+    """Per-example scores of 20 questions: SnapKV loses 10 of them without the question and none with another,
+    StreamingLLM answers alike in every mode."""
+    base = dict(dataset="d", task="niah_multikey_1", model="m", retention=0.25, batch_size=1, decode_batch_size=32,
+                metric="string_match_all")
+    rows = []
+    for i in range(20):
+        for mode in ("question_aware", "question_agnostic", "other_question"):
+            rows.append({**base, "method": "full_cache", "retention": 1.0, "question_mode": mode, "id": f"q{i}", "score": float(i < 8)})
+            rows.append({**base, "method": "streaming_llm", "question_mode": mode, "id": f"q{i}", "score": float(i < 4)})
+            lost = mode == "question_agnostic" and i < 5
+            rows.append({**base, "method": "snapkv", "question_mode": mode, "id": f"q{i}", "score": float(i < 5 and not lost)})
+    return pd.DataFrame(rows)
+
+
+def test_the_question_sentences_name_the_presses_that_fell_detectably_in_each_other_mode():
+    per_example = question_rows()
+    summary = pd.DataFrame([
+        dict(method="full_cache", question_mode=mode, retention=1.0, n=20, score=40.0, ci_low=20.0, ci_high=60.0, incomplete=False)
+        for mode in ("question_aware", "question_agnostic", "other_question")
+    ] + [dict(method="snapkv", question_mode="question_aware", retention=0.25, n=20, score=25.0, ci_low=5.0, ci_high=45.0,
+              incomplete=False)])
+    head, other, agnostic = question_change_sentences(summary, per_example, seed=0)
+    assert head.startswith("With 25% kept and n = 20 per cell, the full cache finds 40% [20, 60] in every mode.")
+    assert "another question chose the cache**, 0 of 2 presses fell detectably: none. 2 did not detectably move" in other
+    assert "no question was seen**, 1 of 2 presses fell detectably: SnapKV 25 → 0 (+25 [" in agnostic
+    assert "(StreamingLLM scored the same on every question)" in agnostic

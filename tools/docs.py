@@ -5,7 +5,7 @@
     python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
     python tools/docs.py method-families   # README's one row per family, from the same catalogue
     python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
-    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-needle/tables/
+    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-{needle,questions}/tables/
 """
 
 from __future__ import annotations
@@ -157,14 +157,19 @@ def parity_table() -> str:
 
 
 NEEDLE_RUN = REPO / "reference/h200-smollm2-needle"
+QUESTIONS_RUN = REPO / "reference/h200-smollm2-questions"
+QUESTIONS_HEAD = (
+    "Which lose most when the question changes (`config/smollm2-h200-questions.yaml`, `reference/h200-smollm2-questions/`): "
+    "multi-key haystacks of ~1k tokens, 4 questions each. "
+)
 
 
 def findings() -> str:
-    """The README's real-model findings, from the committed needle run's tables (kvcache_bench.analysis.findings)."""
+    """The README's real-model findings, from the committed needle and question runs' tables (kvcache_bench.analysis.findings)."""
     import pandas as pd
 
     sys.path.insert(0, str(REPO))
-    from kvcache_bench.analysis.findings import needle_sentences, padding_sentences
+    from kvcache_bench.analysis.findings import needle_sentences, padding_sentences, question_change_sentences
     from kvcache_bench.analysis.padding import padding_table
 
     summary = pd.read_csv(NEEDLE_RUN / "tables/summary.csv")
@@ -172,7 +177,12 @@ def findings() -> str:
     reports = sorted(str(p) for p in (NEEDLE_RUN / "probes/padding").glob("*/*/*.json") if not p.name.endswith(".manifest.json"))
     seed = yaml.safe_load((REPO / "config/smollm2-h200-needle.yaml").read_text())["seed"]
     padding = padding_table(reports, seed=seed)
-    return "\n".join(needle_sentences(summary)) + "\n\n" + "\n\n".join(padding_sentences(padding)) + "\n"
+    questions = question_change_sentences(
+        pd.read_csv(QUESTIONS_RUN / "tables/summary.csv"), pd.read_csv(QUESTIONS_RUN / "tables/per_example.csv"),
+        seed=yaml.safe_load((REPO / "config/smollm2-h200-questions.yaml").read_text())["seed"],
+    )
+    blocks = ["\n".join(needle_sentences(summary)), *padding_sentences(padding), QUESTIONS_HEAD + "\n".join(questions)]
+    return "\n\n".join(blocks) + "\n"
 
 
 def replace_block(text: str, what: str, block: str) -> str:

@@ -80,3 +80,39 @@ def padding_sentences(table: pd.DataFrame, name: str = "snapkv") -> list[str]:
         f"{_interval(control['diff_ci_low'], control['diff_ci_high'])}, {int(control['changed_answers'])} answers changed.",
     ]
     return lines
+
+
+def question_change_sentences(summary: pd.DataFrame, per_example: pd.DataFrame, seed: int) -> list[str]:
+    """Per other question mode, the presses whose score fell detectably from question-aware (paired interval above 0),
+    most first, and how many did not move detectably: what a press's choice owed to the question it was shown."""
+    from kvcache_bench.analysis.aggregate import question_change_cost
+
+    full = summary[summary["method"] == BASELINE_METHOD]
+    baseline = full[full["question_mode"] == "question_aware"].iloc[0]
+    # the full cache compresses nothing, so its score cannot depend on the mode; say so only when it measured so
+    where = "in every mode" if full["score"].nunique() == 1 else "question-aware"
+    pressed = _pressed(summary)
+    kept = ", ".join(sorted({retention_percent(r) for r in pressed["retention"]}))
+    lines = [
+        f"With {kept} kept and n = {int(baseline['n'])} per cell, the full cache finds {baseline['score']:.0f}% "
+        f"[{baseline['ci_low']:.0f}, {baseline['ci_high']:.0f}] {where}. Each press: its score question-aware → in the "
+        "other mode, then the paired drop aware − other [95% interval]."
+    ]
+    wording = {"other_question": "**another question chose the cache**", "question_agnostic": "**no question was seen**"}
+    for against, said in wording.items():
+        costs = question_change_cost(per_example, seed, against=against)
+        if costs.empty:
+            continue
+        costs = costs.sort_values(["diff", "aware_score"], ascending=False)
+        fell = costs[costs["diff_ci_low"] > 0]
+        unmoved = costs[costs["diff_ci_low"] <= 0]
+        named = ", ".join(
+            f"{method_label(r.method)} {r.aware_score:.0f} → {r.other_score:.0f} ({_signed(r.diff)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+            for r in fell.itertuples()
+        )
+        identical = [method_label(r.method) for r in unmoved.itertuples() if r.diff == 0 and r.diff_ci_low == r.diff_ci_high == 0]
+        line = f"- When {said}, {len(fell)} of {len(costs)} presses fell detectably: {named or 'none'}."
+        line += f" {len(unmoved)} did not detectably move"
+        line += f" ({', '.join(identical)} scored the same on every question)." if identical else "."
+        lines.append(line)
+    return lines
