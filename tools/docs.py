@@ -5,7 +5,7 @@
     python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
     python tools/docs.py method-families   # README's one row per family, from the same catalogue
     python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
-    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-{needle,questions}/tables/
+    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-{needle,questions,ruler-presses}/tables/
 """
 
 from __future__ import annotations
@@ -158,6 +158,12 @@ def parity_table() -> str:
 
 NEEDLE_RUN = REPO / "reference/h200-smollm2-needle"
 QUESTIONS_RUN = REPO / "reference/h200-smollm2-questions"
+RULER_RUN = REPO / "reference/h200-smollm2-ruler-presses"
+RULER_HEAD = (
+    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`, the full cache, SnapKV and "
+    "Compactor, question-aware; `reference/h200-smollm2-ruler-presses/`), and kvpress's needle test on Paul Graham's essays "
+    "(1k/2k/4k tokens × 5 depths, ROUGE-L). "
+)
 QUESTIONS_HEAD = (
     "Which lose most when the question changes (`config/smollm2-h200-questions.yaml`, `reference/h200-smollm2-questions/`): "
     "multi-key haystacks of ~1k tokens, 4 questions each. "
@@ -169,7 +175,12 @@ def findings() -> str:
     import pandas as pd
 
     sys.path.insert(0, str(REPO))
-    from kvcache_bench.analysis.findings import needle_sentences, padding_sentences, question_change_sentences
+    from kvcache_bench.analysis.findings import (
+        needle_sentences,
+        padding_sentences,
+        question_change_sentences,
+        ruler_sentences,
+    )
     from kvcache_bench.analysis.padding import padding_table
 
     summary = pd.read_csv(NEEDLE_RUN / "tables/summary.csv")
@@ -181,7 +192,9 @@ def findings() -> str:
         pd.read_csv(QUESTIONS_RUN / "tables/summary.csv"), pd.read_csv(QUESTIONS_RUN / "tables/per_example.csv"),
         seed=yaml.safe_load((REPO / "config/smollm2-h200-questions.yaml").read_text())["seed"],
     )
-    blocks = ["\n".join(needle_sentences(summary)), *padding_sentences(padding), QUESTIONS_HEAD + "\n".join(questions)]
+    ruler = ruler_sentences(pd.read_csv(RULER_RUN / "tables/summary.csv"))
+    blocks = ["\n".join(needle_sentences(summary)), " ".join(padding_sentences(padding)), QUESTIONS_HEAD + "\n".join(questions),
+              RULER_HEAD + "\n".join(ruler)]
     return "\n\n".join(blocks) + "\n"
 
 

@@ -116,3 +116,23 @@ def question_change_sentences(summary: pd.DataFrame, per_example: pd.DataFrame, 
         line += f" ({', '.join(identical)} scored the same on every question)." if identical else "."
         lines.append(line)
     return lines
+
+
+def _task_name(row) -> str:
+    return f"{row.task} {row.dataset.rsplit('-', 1)[-1]}" if row.dataset.startswith("ruler") else row.task
+
+
+def ruler_sentences(summary: pd.DataFrame) -> list[str]:
+    """Per task and length, the full cache's question-aware score, then each press's score and paired difference to it:
+    what a press costs on NVIDIA's own RULER, beside the haystacks this project makes."""
+    aware = summary[(summary["question_mode"] == "question_aware") & ~summary["incomplete"].astype(bool)]
+    order = aware.sort_values(["task", "dataset"])
+    full = order[order["method"] == BASELINE_METHOD]
+    lines = ["Full cache, score ×100 [95% interval] (n): " + "; ".join(
+        f"{_task_name(r)} {r.score:.0f} [{r.ci_low:.0f}, {r.ci_high:.0f}] ({int(r.n)})" for r in full.itertuples()) + "."]
+    pressed = _pressed(order)
+    for (method, retention), rows in sorted(pressed.groupby(["method", "retention"]), key=lambda item: item[0]):
+        lines.append(f"- **{method_label(method)} keeping {retention_percent(retention)}**: " + "; ".join(
+            f"{_task_name(r)} {r.score:.0f} ({_signed(r.diff_vs_full)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+            for r in rows.itertuples()) + ".")
+    return lines

@@ -587,7 +587,9 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
     heights = [3.4 * math.ceil(len(methods) / n_cols) + 0.4 for _, _, methods in blocks]
     width = max(6.5, 3.4 * n_cols)
     figure, content = _canvas(width, sum(heights) + 0.7, title, notes=notes)
-    subfigures = content.subfigures(len(blocks), 1, height_ratios=heights, squeeze=False)[:, 0]
+    # the legend gets a row of its own: an 'outside' legend on a subfigure (the panels when a caption is drawn) is not
+    # given room by constrained layout, and would sit over the last block's axis labels
+    *subfigures, legend_row = content.subfigures(len(blocks) + 1, 1, height_ratios=[*heights, 0.7], squeeze=False)[:, 0]
     for ((dataset, task, model), mode, methods), sub in zip(blocks, subfigures):
         rows = _panel_rows(paired, dataset, task, model, mode)
         axes = sub.subplots(math.ceil(len(methods) / n_cols), n_cols, squeeze=False, sharex=True, sharey=True).flatten()
@@ -620,8 +622,8 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
         sub.suptitle(f"{_group_label(dataset, task, model)} · {_mode_label(mode)}", fontsize=10)
     handles = [Line2D([], [], linestyle="none", color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)],
                       marker=MARKERS[j % len(MARKERS)]) for j in range(len(retentions))]
-    _legend(content, handles, [f"{r:.0%} kept" for r in retentions],
-            "one point per example and retention; better/worse/tied count examples x retentions", width)
+    _legend(legend_row, handles, [f"{r:.0%} kept" for r in retentions],
+            "one point per example and retention; better/worse/tied count examples x retentions", width, loc="center")
     return figure
 
 
