@@ -1,5 +1,5 @@
 # Probes of a real model (opt-in: `snakemake probes --configfile config/smollm2.yaml`): does it lean on
-# an attention sink, and does the published padding collapse happen to it? See kvcache_bench/generation/probes.py.
+# an attention sink, and does the published padding collapse happen to it? See kvcache_bench/runtime/probes.py.
 
 
 rule probes:

@@ -4,8 +4,8 @@ import sys
 from pathlib import Path
 
 from kvcache_bench.data.shaped_model import build_shaped_model
-from kvcache_bench.generation.gpu_job import gpu_job
 from kvcache_bench.manifest import write_manifest
+from kvcache_bench.runtime.gpu_job import gpu_job
 from kvcache_bench.workflow import current_job, params_of
 
 job = current_job(globals())

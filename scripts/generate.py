@@ -1,8 +1,8 @@
 """Snakemake adapter: run one (dataset, task, model, method, retention, batch, question mode) cell."""
 
-from kvcache_bench.generation import worker
-from kvcache_bench.generation.gpu_job import gpu_job
-from kvcache_bench.generation.not_run import refusal_of, write_not_run
+from kvcache_bench.runtime import worker
+from kvcache_bench.runtime.gpu_job import gpu_job
+from kvcache_bench.runtime.not_run import refusal_of, write_not_run
 from kvcache_bench.workflow import current_job
 
 job = current_job(globals())
@@ -15,6 +15,6 @@ else:
         if in_worker:
             worker.run_in_worker(job, entered)
         else:
-            from kvcache_bench.generation.job import write_cell_predictions
+            from kvcache_bench.runtime.job import write_cell_predictions
 
             write_cell_predictions(job, entered.loaded, entered.data)

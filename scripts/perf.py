@@ -1,10 +1,10 @@
 """Snakemake adapter: measure one (model, method, retention, context length, batch) perf cell."""
 
-from kvcache_bench.generation.gpu_job import gpu_job
-from kvcache_bench.generation.not_run import refusal_of
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.runs import PerfCell, PerfSettings, run_perf_job
+from kvcache_bench.runtime.gpu_job import gpu_job
+from kvcache_bench.runtime.not_run import refusal_of
 from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())

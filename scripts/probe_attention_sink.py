@@ -2,10 +2,10 @@
 
 import torch
 
-from kvcache_bench.generation.gpu_job import gpu_job
-from kvcache_bench.generation.probes import attention_sink_report
 from kvcache_bench.io import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import write_manifest
+from kvcache_bench.runtime.gpu_job import gpu_job
+from kvcache_bench.runtime.probes import attention_sink_report
 from kvcache_bench.workflow import current_job, params_of, settings_of
 
 job = current_job(globals())

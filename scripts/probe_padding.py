@@ -1,8 +1,8 @@
 """Snakemake adapter: one press through the batching harness at batch 1 and on left-padded batches
-(kvcache_bench.generation.probes), in a model worker when generation.model_workers is on."""
+(kvcache_bench.runtime.probes), in a model worker when generation.model_workers is on."""
 
-from kvcache_bench.generation import worker
-from kvcache_bench.generation.gpu_job import gpu_job
+from kvcache_bench.runtime import worker
+from kvcache_bench.runtime.gpu_job import gpu_job
 from kvcache_bench.workflow import current_job, settings_of
 
 job = current_job(globals())
@@ -13,6 +13,6 @@ with gpu_job(job, attn_implementation=attention, load=not in_worker) as entered:
     if in_worker:
         worker.run_in_worker(job, entered, work="probe_padding", attention=attention)
     else:
-        from kvcache_bench.generation.probes import write_padding_report
+        from kvcache_bench.runtime.probes import write_padding_report
 
         write_padding_report(job, entered.loaded, entered.data)

@@ -2,7 +2,7 @@
 
 from kvcache_bench.canary.settings import TrainSettings
 from kvcache_bench.canary.train import train_canary
-from kvcache_bench.generation.gpu_job import gpu_job
+from kvcache_bench.runtime.gpu_job import gpu_job
 from kvcache_bench.workflow import current_job
 
 job = current_job(globals())

@@ -143,8 +143,8 @@ def llama3_tokenizer_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="session")
 def llama3_tokenizer(llama3_tokenizer_dir):
-    """That tokenizer read back the way every stage reads one (generation.loading.load_tokenizer)."""
-    from kvcache_bench.generation.loading import load_tokenizer
+    """That tokenizer read back the way every stage reads one (engine.loading.load_tokenizer)."""
+    from kvcache_bench.engine.loading import load_tokenizer
 
     return load_tokenizer(llama3_tokenizer_dir)
 

@@ -348,6 +348,7 @@ def test_a_broken_jsonl_line_is_named_by_file_and_line(tmp_path):
     {"n_documents": 1, "questions_per_document": 3, "facts_per_document": 6, "min_words": 256, "max_words": 300},
 ])
 def test_the_expected_count_of_synthetic_rows_is_the_count_written(generator):
-    from kvcache_bench.data.synthetic import make_synthetic_rows, synthetic_row_count
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+    from kvcache_bench.study.prompts import synthetic_row_count
 
     assert synthetic_row_count(generator) == len(make_synthetic_rows(seed=0, **generator))

@@ -101,8 +101,8 @@ def test_batches_depend_on_seed_step_and_stage_only_and_fit_the_stage():
 
 
 def test_training_is_seeded_checkpointed_and_loads_through_the_engine(tmp_path):
-    from kvcache_bench.generation.cell_runner import run_cell
-    from kvcache_bench.generation.loading import ModelSettings
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
 
     record = train_canary(tiny_settings(), tmp_path / "a")
     train_canary(tiny_settings(), tmp_path / "b")

@@ -4,8 +4,8 @@ context in question-agnostic mode, batch 4 == batch 1 for the full cache, a real
 import pytest
 import torch
 
-from kvcache_bench.generation.prefill import prefill
-from kvcache_bench.generation.single_decode import generate_one, generate_padded_batch, generate_shared_context
+from kvcache_bench.engine.prefill import prefill
+from kvcache_bench.engine.single_decode import generate_one, generate_padded_batch, generate_shared_context
 from kvcache_bench.methods.registry import build_press, cache_factory_for
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
@@ -64,7 +64,7 @@ def test_tokens_after_eviction_continue_at_the_original_prompt_length(model, con
 
 def test_the_first_answer_token_reads_the_compressed_cache(model, context, questions):
     """A pass under the press attends the whole prompt, so its logits must not choose the first answer token."""
-    from kvcache_bench.generation.prefill import prefill_example
+    from kvcache_bench.engine.prefill import prefill_example
 
     prompt = PromptTokens(context, questions[0])
     _, full_logits, _, _ = prefill_example(model, prompt, None, QuestionMode.QUESTION_AWARE)

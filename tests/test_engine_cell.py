@@ -7,8 +7,8 @@ import pytest
 from kvcache_bench.data.demo_model import build_demo_model
 from kvcache_bench.data.longbench import normalise_rows
 from kvcache_bench.data.synthetic import make_synthetic_rows
-from kvcache_bench.generation.cell_runner import run_cell
-from kvcache_bench.generation.loading import ModelSettings
+from kvcache_bench.engine.cell_runner import run_cell
+from kvcache_bench.engine.loading import ModelSettings
 
 DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo"
 
@@ -154,7 +154,7 @@ def decoding_cell(rows, model_path, mode, decode_batch_size=1, method_kwargs=DEC
 
 @pytest.mark.parametrize("mode", ["question_aware", "question_agnostic"])
 def test_a_decoding_press_compresses_while_decoding_and_its_records_say_what_the_cache_held(rows, demo_model, mode):
-    from kvcache_bench.generation.cell_runner import WHILE_DECODING_FALLBACK
+    from kvcache_bench.engine.cell_runner import WHILE_DECODING_FALLBACK
 
     alone = decoding_cell(rows[:2], demo_model, mode)
     asked_together = decoding_cell(rows[:2], demo_model, mode, decode_batch_size=2)
@@ -177,7 +177,7 @@ def test_a_decoding_budget_the_prompts_never_outgrow_is_refused_naming_its_kwarg
 
 def test_kvpress_pipeline_engine_records_a_decoding_press_as_compressed_while_decoding(rows, demo_model):
     """The head-to-head engine: its cells of a decoding press are not flagged against retention 1.0 either."""
-    from kvcache_bench.generation.kvpress_pipeline import run_cell_on_kvpress_pipeline
+    from kvcache_bench.engine.kvpress_pipeline import run_cell_on_kvpress_pipeline
 
     settings = ModelSettings(path=demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
     # question-agnostic: the demo tokenizer has no chat template, so question-aware leaves the pipeline no question to run

@@ -6,7 +6,7 @@ import json
 import pytest
 from conftest import REPO
 
-from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE
+from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE
 from kvcache_bench.perf.floor import engine_rows, floor_per_example, markdown_table
 
 UNIT_RATES = {"copy_bytes_per_s": 1.0, "matmul_flop_per_s": 1.0}  # seconds read as FLOPs and bytes

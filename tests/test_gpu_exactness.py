@@ -9,9 +9,9 @@ the batch-1 engine's ids token for token. On the H200 this held for 4 prompts x 
 import pytest
 import torch
 
-from kvcache_bench.generation.batched_decode import generate_prefill_one_decode_many
-from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, build_random_model
-from kvcache_bench.generation.single_decode import generate_one
+from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, build_random_model
+from kvcache_bench.engine.batched_decode import generate_prefill_one_decode_many
+from kvcache_bench.engine.single_decode import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode

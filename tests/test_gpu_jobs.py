@@ -1,4 +1,4 @@
-"""Every GPU job enters through one place (generation.gpu_job): its own GPU, threads, log, verified data, model."""
+"""Every GPU job enters through one place (runtime.gpu_job): its own GPU, threads, log, verified data, model."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def _enter(tmp_path, rows_text: str, extra_env: dict):
     code = textwrap.dedent(
         f"""
         import os, sys
-        from kvcache_bench.generation.gpu_job import gpu_job
+        from kvcache_bench.runtime.gpu_job import gpu_job
         from kvcache_bench.workflow import ScriptJob
         job = ScriptJob({{"rows": {str(rows)!r}}}, {{}}, {{"model_settings": {{"device": "auto"}}}}, [{str(tmp_path / "job.log")!r}])
         job.resources = {{"gpu": 1}}

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from kvcache_bench.generation import gpus
+from kvcache_bench.runtime import gpus
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 JOB = textwrap.dedent(
     """
     import json, os, sys, time
-    from kvcache_bench.generation.gpus import pin_gpus
+    from kvcache_bench.runtime.gpus import pin_gpus
     count, wanted, hold, lock_dir = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
     environ = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_ID")}
     if len(sys.argv) > 5:
@@ -160,7 +160,7 @@ def test_job_pin_sets_cuda_visible_devices_and_traces_the_claim(tmp_path, monkey
         """
         import os
         from types import SimpleNamespace
-        from kvcache_bench.generation.gpus import pin_gpus_for_job
+        from kvcache_bench.runtime.gpus import pin_gpus_for_job
         job = SimpleNamespace(resources={"gpu": 1}, params=SimpleNamespace(model={"device": "auto"}),
                               output=["results/predictions/x.jsonl"])
         pin_gpus_for_job(job)

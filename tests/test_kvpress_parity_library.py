@@ -24,11 +24,11 @@ from test_kvpress_parity import (  # noqa: F401
     smollm2,
 )
 
-from kvcache_bench.generation.loading import load_model, stop_token_ids
-from kvcache_bench.generation.method_properties import measure
-from kvcache_bench.generation.prefill import pressed_and_trailing
-from kvcache_bench.generation.single_decode import generate_one, generate_one_pressing_while_decoding
+from kvcache_bench.engine.loading import load_model, stop_token_ids
+from kvcache_bench.engine.prefill import pressed_and_trailing
+from kvcache_bench.engine.single_decode import generate_one, generate_one_pressing_while_decoding
 from kvcache_bench.methods.catalogue import DECODING
+from kvcache_bench.methods.method_properties import measure
 from kvcache_bench.methods.parity import (
     BUDGET_KWARGS,
     DECODING_BUDGET,

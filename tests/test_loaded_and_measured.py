@@ -62,7 +62,7 @@ CHECKPOINT_CASES = [
 
 @pytest.mark.parametrize("case, damage, error, messages, absent", CHECKPOINT_CASES, ids=[c[0] for c in CHECKPOINT_CASES])
 def test_a_checkpoint_that_does_not_load_whole_fails_naming_tensors_or_file(tmp_path, case, damage, error, messages, absent):
-    from kvcache_bench.generation.loading import load_model, pick_device
+    from kvcache_bench.engine.loading import load_model, pick_device
 
     weights = _tiny_checkpoint(tmp_path / "model")
     load_model(str(weights.parent), "float32", "sdpa", pick_device("cpu"))  # whole: loads

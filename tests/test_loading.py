@@ -7,7 +7,7 @@ import ast
 import pytest
 from conftest import REPO
 
-from kvcache_bench.generation.loading import ModelSettings, load_for_settings
+from kvcache_bench.engine.loading import ModelSettings, load_for_settings
 
 CANARY = ModelSettings(path=str(REPO / "resources/canary"), max_context_tokens=4096, dtype="float32", device="cpu")
 

@@ -79,7 +79,7 @@ def test_kv_quant_builds_a_quantised_cache_at_its_bits():
 def test_default_quantised_cache_handles_odd_prompt_lengths():
     import torch
 
-    from kvcache_bench.generation.prefill import prefill
+    from kvcache_bench.engine.prefill import prefill
 
     model = tiny_llama(vocab_size=64)
     cache = cache_factory_for("kv_quant_4bit", model)()

@@ -29,7 +29,7 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_no_module_imports_one_that_imports_it_back():
     graph = {name: imported_modules(PACKAGE / (name.replace(".", "/") + ".py")) for name in module_names()}
-    assert len(graph) > 30 and "generation.prefill" in graph
+    assert len(graph) > 30 and "engine.prefill" in graph
     state: dict[str, str] = {}
 
     def visit(module: str, trail: list[str]) -> None:
@@ -45,20 +45,25 @@ def test_no_module_imports_one_that_imports_it_back():
         visit(module, [])
 
 
-def test_generation_modules_sit_in_the_documented_order():
+def test_engine_modules_sit_in_the_documented_order():
     # loading and caches need nothing of the package; prefill builds on them; single_decode on prefill;
     # batched_decode on single_decode; the cell runner on everything: one home per concern.
     order = ["loading", "caches", "prefill", "single_decode", "batched_decode", "cell_runner"]
     for index, module in enumerate(order):
-        later = {f"generation.{name}" for name in order[index:]}
-        assert not imported_modules(PACKAGE / "generation" / f"{module}.py") & later, f"{module} imports a module after it"
+        later = {f"engine.{name}" for name in order[index:]}
+        assert not imported_modules(PACKAGE / "engine" / f"{module}.py") & later, f"{module} imports a module after it"
 
 
 def test_stages_depend_downwards_only():
-    """A folder says where a number is made: analysis never reaches generation (it runs without torch), and
-    the top-level modules (io, manifest, workflow) import no stage."""
-    forbidden = {"analysis": {"generation", "canary"}, "study": {"generation", "perf", "analysis", "canary"},
-                 "methods": {"generation", "perf", "analysis", "canary", "data"}}
+    """A folder says where a number is made: analysis never reaches the engine (it runs without torch); the
+    engine (torch and kvpress) knows neither Snakemake's jobs nor GPUs (runtime/); the study's config and cells
+    read no dataset (data/ reads the study's prompts, not the other way); the top-level modules (io, manifest,
+    workflow) import no stage."""
+    forbidden = {"analysis": {"engine", "runtime", "canary"},
+                 "study": {"engine", "runtime", "perf", "analysis", "canary", "data"},
+                 "methods": {"engine", "runtime", "perf", "analysis", "canary", "data"},
+                 "engine": {"runtime", "perf", "analysis", "canary", "workflow"},
+                 "data": {"runtime", "perf", "analysis", "canary"}}
     for name in module_names():
         stage = name.split(".")[0] if "." in name else None
         imports = {m.split(".")[0] for m in imported_modules(PACKAGE / (name.replace(".", "/") + ".py"))}

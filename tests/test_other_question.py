@@ -10,16 +10,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvcache_bench.generation.batched_decode import decode_together
-from kvcache_bench.generation.other_question import (
+from kvcache_bench.engine.batched_decode import decode_together
+from kvcache_bench.engine.other_question import (
     OtherQuestionGroup,
     compress_with_other_question,
     generate_other_question,
     prefilled_question,
 )
-from kvcache_bench.generation.prefill import prefill
-from kvcache_bench.generation.single_decode import greedy_decode
-from kvcache_bench.generation.slot_positions import KeptPositions
+from kvcache_bench.engine.prefill import prefill
+from kvcache_bench.engine.single_decode import greedy_decode
+from kvcache_bench.engine.slot_positions import KeptPositions
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.question_modes import other_questions
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
@@ -162,7 +162,7 @@ def test_other_questions_are_drawn_from_the_same_context_by_seed_and_row_alone()
 def canary():
     """The trained canary: unlike a random model, its answers move when its attention does."""
     from kvcache_bench.canary.report_card import CANARY_DIR, has_weights
-    from kvcache_bench.generation.loading import load_model, load_tokenizer
+    from kvcache_bench.engine.loading import load_model, load_tokenizer
 
     if not has_weights(CANARY_DIR):
         pytest.skip("no canary weights committed")
@@ -226,8 +226,8 @@ def test_snapkv_answers_the_question_it_saw_and_loses_it_when_it_saw_the_other(c
     from kvcache_bench.analysis.metrics import score_example
     from kvcache_bench.canary.report_card import CANARY_DIR, METHOD_KWARGS
     from kvcache_bench.data.longbench import normalise_rows
-    from kvcache_bench.generation.cell_runner import run_cell
-    from kvcache_bench.generation.loading import ModelSettings
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
 
     rows = normalise_rows(facts_at_both_ends(2), "synthetic_qa", None)
     settings = ModelSettings(path=str(CANARY_DIR), dtype="float32", device="cpu", max_context_tokens=4096)

@@ -4,8 +4,8 @@ between the batching harness at batch 1 and on left-padded batches."""
 import pytest
 import torch
 
-from kvcache_bench.generation.loading import load_model, load_tokenizer
-from kvcache_bench.generation.probes import (
+from kvcache_bench.engine.loading import load_model, load_tokenizer
+from kvcache_bench.runtime.probes import (
     attention_on_first_position,
     attention_sink_report,
     interleave_by_length,

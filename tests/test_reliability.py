@@ -71,7 +71,7 @@ def test_download_reads_a_local_parquet_copy_of_longbench(workflow_copy, tmp_pat
 
 def test_unloadable_model_names_the_variables_to_set():
     code = (
-        "from kvcache_bench.generation.loading import load_model, ModelUnavailableError\n"
+        "from kvcache_bench.engine.loading import load_model, ModelUnavailableError\n"
         "import torch\n"
         "try:\n"
         "    load_model('meta-llama/Llama-3.1-8B-Instruct', 'bfloat16', 'sdpa', torch.device('cpu'))\n"

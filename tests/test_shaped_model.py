@@ -10,9 +10,9 @@ from llama_models.datatypes import RawMessage
 from llama_models.llama3.chat_format import ChatFormat
 from llama_models.llama3.tokenizer import Tokenizer as MetaTokenizer
 
+from kvcache_bench.data.model_shapes import build_random_model
 from kvcache_bench.data.shaped_model import SHAPES, ShapedModelError, build_shaped_model, shaped_config
-from kvcache_bench.generation.loading import load_model, load_tokenizer, stop_token_ids
-from kvcache_bench.generation.model_shapes import build_random_model
+from kvcache_bench.engine.loading import load_model, load_tokenizer, stop_token_ids
 from kvcache_bench.study.prompts import PROMPTS, build_prompt_tokens
 
 QASPER_LIKE = (

@@ -139,7 +139,7 @@ def test_a_worker_leaves_nothing_outside_the_workflow_directory_even_when_killed
 
 
 def test_workers_are_for_local_jobs_only(monkeypatch):
-    from kvcache_bench.generation.worker import applies_to
+    from kvcache_bench.runtime.worker import applies_to
     from kvcache_bench.workflow import ScriptJob
 
     monkeypatch.delenv("SLURM_JOB_ID", raising=False)

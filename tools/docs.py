@@ -63,7 +63,7 @@ def config_reference() -> str:
 
 
 def package_module_names() -> list[str]:
-    """Every module of the package as a dotted name below it (``generation.prefill``), packages' __init__ aside."""
+    """Every module of the package as a dotted name below it (``engine.prefill``), packages' __init__ aside."""
     package = REPO / "kvcache_bench"
     return sorted(
         ".".join(path.relative_to(package).with_suffix("").parts)

@@ -81,8 +81,8 @@ def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
 
 def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu") -> list[str]:
     """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
-    from kvcache_bench.generation.cell_runner import run_cell
-    from kvcache_bench.generation.loading import ModelSettings
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
 
     model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
     kwargs = METHOD_KWARGS.get(setting.method, {})
@@ -108,8 +108,8 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
     import torch
 
-    from kvcache_bench.generation.loading import load_for_settings
-    from kvcache_bench.generation.single_decode import padded_batch_answers
+    from kvcache_bench.engine.loading import load_for_settings
+    from kvcache_bench.engine.single_decode import padded_batch_answers
     from kvcache_bench.methods.registry import build_press
     from kvcache_bench.study.prompts import build_prompt_tokens
 

@@ -46,7 +46,7 @@ from kvcache_bench.canary.settings import TrainSettings, dataclass_replace
 from kvcache_bench.data.synthetic import (
     synthetic_vocabulary,
 )
-from kvcache_bench.generation.loading import pick_device
+from kvcache_bench.engine.loading import pick_device
 from kvcache_bench.io import write_text_atomic
 
 log = logging.getLogger(__name__)

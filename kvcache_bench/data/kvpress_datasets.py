@@ -62,9 +62,9 @@ def tasks_of(source: str) -> list[str]:
 def local_files(task: str, local_path: str) -> list[str]:
     """The files of a local copy holding ``task``, found as every local dataset's are (a hub snapshot of
     LongBench-e or InfiniteBench has them as ``<task>/*.parquet`` already)."""
-    from kvcache_bench.data.longbench import _local_data_files
+    from kvcache_bench.study.sources import local_data_files
 
-    return _local_data_files(local_path, task)[1]
+    return local_data_files(local_path, task)[1]
 
 
 def load_kvpress_rows(

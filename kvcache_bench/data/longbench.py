@@ -13,6 +13,7 @@ from pathlib import Path
 
 from kvcache_bench.io import JsonlError, numbered_jsonl, sha256_of
 from kvcache_bench.study.question_modes import contexts_with_several_questions, questions_by_context
+from kvcache_bench.study.sources import DatasetUnavailableError, local_data_files, local_ruler_files
 
 LONGBENCH_COLUMNS = ("input", "context", "answers", "length", "dataset", "language", "all_classes", "_id")
 
@@ -33,59 +34,8 @@ MAX_REPORTED_PROBLEMS = 20
 log = logging.getLogger(__name__)
 
 
-class DatasetUnavailableError(RuntimeError):
-    pass
-
-
 class DataRowError(ValueError):
     """Rows that would be generated and scored as something other than what the data means."""
-
-
-def _local_data_files(local_path: str, task: str) -> tuple[str, list[str]]:
-    path = Path(local_path)
-    if path.is_file():
-        candidates = [path]
-    elif path.is_dir():
-        candidates = [p for p in (path / f"{task}.parquet", path / f"{task}.jsonl") if p.exists()]
-        if not candidates:
-            candidates = sorted((path / task).glob("*.parquet")) + sorted((path / task).glob("*.jsonl"))
-    else:
-        raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
-    if not candidates:
-        raise DatasetUnavailableError(
-            f"no data for task {task!r} under {local_path!r}: expected {task}.parquet, {task}.jsonl or {task}/*.parquet"
-        )
-    suffixes = {p.suffix for p in candidates}
-    if len(suffixes) != 1:
-        raise DatasetUnavailableError(f"mixed file types for task {task!r}: {sorted(map(str, candidates))}")
-    builder = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(suffixes.pop())
-    if builder is None:
-        raise DatasetUnavailableError(f"unsupported file type for {candidates[0]} (use .parquet or .jsonl)")
-    return builder, [str(p) for p in candidates]
-
-
-def _local_ruler_files(local_path: str, data_dir: str | None) -> list[str]:
-    root = Path(local_path)
-    folder = root / data_dir if data_dir and (root / data_dir).is_dir() else root
-    if folder.is_file():
-        files = [folder]
-    elif folder.is_dir():
-        files = sorted(folder.glob("*.parquet"))
-    else:
-        raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
-    if not files:
-        raise DatasetUnavailableError(f"no parquet files for RULER data_dir {data_dir!r} under {local_path!r}")
-    return [str(f) for f in files]
-
-
-def local_source_files(task: str, local_path: str, data_dir: str | None = None) -> list[str]:
-    """The files a local copy's task is read from: the data job's Snakemake inputs, so an edit in place
-    reruns that task's data job and every cell made from it."""
-    from kvcache_bench.study.prompts import RULER_TASKS
-
-    if task in RULER_TASKS:
-        return _local_ruler_files(local_path, data_dir)
-    return _local_data_files(local_path, task)[1]
 
 
 def load_longbench_rows(
@@ -112,7 +62,7 @@ def load_longbench_rows(
     import datasets
 
     if local_path:
-        builder, files = _local_data_files(local_path, task)
+        builder, files = local_data_files(local_path, task)
         if builder == "json":
             rows = [row for file in files for row in read_local_jsonl_rows(file)]
         else:
@@ -181,7 +131,7 @@ def load_ruler_rows(
     import datasets
 
     if local_path:
-        files = _local_ruler_files(local_path, data_dir)
+        files = local_ruler_files(local_path, data_dir)
         loaded = datasets.load_dataset("parquet", data_files={split: files}, split=split)
     elif not data_dir:
         raise DatasetUnavailableError(

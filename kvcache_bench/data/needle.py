@@ -51,7 +51,7 @@ def kvpress_copy(local_path: str | Path) -> tuple[str, dict, dict]:
     """Haystack and needle settings from the first row of a copy of kvpress's hub dataset."""
     import pandas as pd
 
-    from kvcache_bench.data.longbench import local_source_files
+    from kvcache_bench.study.sources import local_source_files
 
     # the same files the data job has as inputs: a file, or <dir>/needle_in_haystack.{parquet,jsonl} or <dir>/needle_in_haystack/*
     first = Path(local_source_files(TASK, str(local_path))[0])

@@ -1,7 +1,7 @@
 """Random-init models of a named shape with Llama 3.1's tokenizer: a cost run needs the shape, not the weights.
 
 A config asks for one with ``build: {shape: llama-3.1-8b, seed: 0}`` (rule build_shaped_model). The model
-is Llama-3.1-8B's architecture field for field (``generation.model_shapes``) with random weights drawn
+is Llama-3.1-8B's architecture field for field (``data.model_shapes``) with random weights drawn
 from the seed on the job's device, and it is saved with Llama 3.1's own tokenizer
 (``data.llama3_tokenizer``), so prompt lengths, truncation and stop tokens are Llama 3.1's; its answers are
 noise, and its manifest says ``random_init: true``.
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 
 from kvcache_bench.data.llama3_tokenizer import stop_token_ids
+from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE
 from kvcache_bench.data.packaged_models import file_digests
-from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE
 from kvcache_bench.io import atomic_directory
 
 SHAPES = {
@@ -45,8 +45,8 @@ def build_shaped_model(shape: str, seed: int, tokenizer_dir: str | os.PathLike, 
     """Build, save (whole or not at all) and describe the random-init model; returns its manifest's facts."""
     from transformers import AutoTokenizer
 
-    from kvcache_bench.generation.loading import DTYPES, pick_device
-    from kvcache_bench.generation.model_shapes import build_random_model
+    from kvcache_bench.data.model_shapes import build_random_model
+    from kvcache_bench.engine.loading import DTYPES, pick_device
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     settings = shaped_config(shape, tokenizer)

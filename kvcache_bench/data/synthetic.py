@@ -9,8 +9,9 @@ very generator (kvcache_bench.canary), which is why it is one function of a seed
 from __future__ import annotations
 
 import functools
-import inspect
 import random
+
+from kvcache_bench.study.prompts import SYNTHETIC_FACTS_PER_DOCUMENT, SYNTHETIC_QUESTIONS_PER_DOCUMENT, SYNTHETIC_TASK
 
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z")
 _NUCLEI = ("a", "e", "i", "o", "u")
@@ -94,9 +95,9 @@ def make_synthetic_rows(
     seed: int,
     min_words: int = 200,
     max_words: int = 500,
-    facts_per_document: int = 4,
-    questions_per_document: int = 2,
-    task: str = "synthetic_qa",
+    facts_per_document: int = SYNTHETIC_FACTS_PER_DOCUMENT,
+    questions_per_document: int = SYNTHETIC_QUESTIONS_PER_DOCUMENT,
+    task: str = SYNTHETIC_TASK,
 ) -> list[dict]:
     """Seeded long-document QA in LongBench's schema; several questions share each document."""
     if not 0 < min_words <= max_words:
@@ -119,14 +120,3 @@ def make_synthetic_rows(
                 }
             )
     return rows
-
-
-def synthetic_row_count(generator: dict) -> int:
-    """How many rows ``make_synthetic_rows(**generator)`` writes: asking for more is flagged, not capped."""
-    settings = {
-        name: parameter.default
-        for name, parameter in inspect.signature(make_synthetic_rows).parameters.items()
-        if parameter.default is not inspect.Parameter.empty
-    }
-    settings.update(generator)
-    return settings.get("n_documents", 0) * min(settings["questions_per_document"], settings["facts_per_document"])

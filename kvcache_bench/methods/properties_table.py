@@ -55,6 +55,6 @@ def doctor_table(paths: list[str]) -> str:
         "cache full size (no memory saved); channels: key channels zeroed (no memory saved); decoding: compresses "
         "while decoding; question: keeps different context slots for a different question; pad share: on a "
         "left-padded batch of 2, the share of the padded row's kept slots that are pads (random weights: an "
-        "illustration). Measured by kvcache_bench.generation.method_properties.\n"
+        "illustration). Measured by kvcache_bench.methods.method_properties.\n"
     )
     return "".join(lines)

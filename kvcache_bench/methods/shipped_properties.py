@@ -1,12 +1,12 @@
 """Every built-in method's measured properties, shipped with the package so a dry run knows them.
 
-``check_method`` measures a method on a tiny model when its jobs run (``generation.method_properties``);
+``check_method`` measures a method on a tiny model when its jobs run (``methods.method_properties``);
 that is too late for a plan: the needle config once planned kvzip at decode batch 32, and its check refused
 the cells ten minutes into a GPU run. The same measurement, run once for every built-in method with
 kvpress's default arguments, is committed here (``measured_properties.json``) and read when Snakemake parses,
 so ``snakemake -n`` says what each cell will do before any job runs. Regenerate it with
 
-    python -m kvcache_bench.generation.method_properties --ship
+    python -m kvcache_bench.methods.method_properties --ship
 
 ``tests/test_method_properties.py`` checks that it matches what ``check_method`` measures now; a cell's own
 check job still measures with the cell's ``method_kwargs`` and has the last word.

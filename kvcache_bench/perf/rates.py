@@ -7,7 +7,7 @@ import time
 
 import torch
 
-from kvcache_bench.generation.loading import DTYPES, pick_device, synchronize
+from kvcache_bench.engine.loading import DTYPES, pick_device, synchronize
 
 
 def _median_seconds(fn, device: torch.device, repeats: int) -> float:

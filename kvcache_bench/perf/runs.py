@@ -129,7 +129,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     """
     from transformers import DynamicCache
 
-    from kvcache_bench.generation.caches import mean_cache_length
+    from kvcache_bench.engine.caches import mean_cache_length
 
     if new_tokens < 1:
         raise ValueError("new_tokens must be >= 1")
@@ -283,7 +283,7 @@ def measure_cells(
 
     Returns one record per measured run. ``context_ids`` maps a context length to its token ids.
     """
-    from kvcache_bench.generation.single_decode import presses_while_decoding
+    from kvcache_bench.engine.single_decode import presses_while_decoding
     from kvcache_bench.methods.registry import build_press
 
     for cell in cells:
@@ -343,7 +343,7 @@ def run_perf_job(
     rows: list[dict] | None,
     hardware: str = "auto",
 ) -> tuple[list[dict], dict]:
-    """The ``perf`` rule's work on the model its job loaded (``generation.gpu_job``): build the context,
+    """The ``perf`` rule's work on the model its job loaded (``runtime.gpu_job``): build the context,
     measure one cell.
 
     Returns the records and the job's own accounting: load time, total time, and the share of the

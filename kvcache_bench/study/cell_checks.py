@@ -45,7 +45,7 @@ def problems_with(
     cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None
 ) -> list[str]:
     """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
-    from the method's measured properties (its check job's output, ``generation.method_properties``) and the
+    from the method's measured properties (its check job's output, ``methods.method_properties``) and the
     cell's ``max_new_tokens`` (a decoding-time budget must compress within them)."""
     return setting_problems(
         task=cell.task, method=cell.method, question_mode=cell.question_mode, retention=cell.retention,
@@ -187,7 +187,7 @@ def check_setting(
     *, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int,
     custom_methods: dict | None = None,
 ) -> None:
-    """``check_cell`` for a job that knows what it runs but not its cell's names (``generation.cell_runner``)."""
+    """``check_cell`` for a job that knows what it runs but not its cell's names (``engine.cell_runner``)."""
     settings = dict(task=task, method=method, question_mode=question_mode, retention=retention, batch_size=batch_size, decode_batch_size=decode_batch_size)
     target = f"{task}/{method}/{question_mode}/{setting_slug(retention, batch_size, decode_batch_size)}"
     _refuse(target, setting_problems(**settings, custom_methods=custom_methods))

@@ -137,7 +137,7 @@ def expected_examples(config: dict, cell: dict) -> int | None:
     """How many examples the cell's table row should have (None: all the dataset has, unknown here)."""
     dataset_cfg = config["datasets"][cell["dataset"]]
     if dataset_cfg["source"] == "synthetic":  # asking for more rows than the generator makes is flagged, not capped
-        from kvcache_bench.data.synthetic import synthetic_row_count
+        from kvcache_bench.study.prompts import synthetic_row_count
 
         return dataset_cfg.get("num_examples") or synthetic_row_count(dataset_cfg.get("synthetic", {}))
     return dataset_cfg.get("num_examples")
@@ -181,7 +181,7 @@ def perf_record_path(cell: dict) -> str:
 
 
 def _worker_of(config: dict, cell: dict) -> str | None:
-    """The model worker a generate job runs in (generation.worker; one per GPU, the plan counts one), or None."""
+    """The model worker a generate job runs in (runtime.worker; one per GPU, the plan counts one), or None."""
     if not config["generation"].get("model_workers"):
         return None
     model = config["models"][cell["model"]]

@@ -107,7 +107,7 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
 
 def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> list[str]:
     """A local copy must be there, with a file for every task: its files are the data jobs' inputs."""
-    from kvcache_bench.data.longbench import DatasetUnavailableError, local_source_files
+    from kvcache_bench.study.sources import DatasetUnavailableError, local_source_files
 
     problems = []
     for name, dataset in datasets.items():

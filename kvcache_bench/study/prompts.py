@@ -150,6 +150,16 @@ SYNTHETIC_PROMPTS = {
 }
 SYNTHETIC_TASK = "synthetic_qa"  # the offline demo's task (kvcache_bench.data.synthetic makes it; the canary trains on it)
 SYNTHETIC_MAX_NEW_TOKENS = {SYNTHETIC_TASK: 8}
+# The generator's defaults, here so the study can count a synthetic dataset's rows without importing data/.
+SYNTHETIC_FACTS_PER_DOCUMENT = 4
+SYNTHETIC_QUESTIONS_PER_DOCUMENT = 2
+
+
+def synthetic_row_count(generator: dict) -> int:
+    """How many rows ``data.synthetic.make_synthetic_rows(**generator)`` writes: asking for more is flagged, not capped."""
+    facts = generator.get("facts_per_document", SYNTHETIC_FACTS_PER_DOCUMENT)
+    questions = generator.get("questions_per_document", SYNTHETIC_QUESTIONS_PER_DOCUMENT)
+    return generator.get("n_documents", 0) * min(questions, facts)
 
 PROMPTS = {**LONGBENCH_PROMPTS, **RULER_PROMPTS, **NEEDLE_PROMPTS, **KVPRESS_LAYOUT_PROMPTS, **SYNTHETIC_PROMPTS}
 MAX_NEW_TOKENS = {

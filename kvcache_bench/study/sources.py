@@ -21,6 +21,59 @@ from pathlib import Path
 HASH_CACHE = Path(".snakemake/kvcache-bench/source-hashes.json")
 
 
+class DatasetUnavailableError(RuntimeError):
+    """A dataset that cannot be read from where the config points (the message says where to point it)."""
+
+
+def local_data_files(local_path: str, task: str) -> tuple[str, list[str]]:
+    """A local copy's files for a LongBench-schema task, with the ``datasets`` builder that reads them."""
+    path = Path(local_path)
+    if path.is_file():
+        candidates = [path]
+    elif path.is_dir():
+        candidates = [p for p in (path / f"{task}.parquet", path / f"{task}.jsonl") if p.exists()]
+        if not candidates:
+            candidates = sorted((path / task).glob("*.parquet")) + sorted((path / task).glob("*.jsonl"))
+    else:
+        raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
+    if not candidates:
+        raise DatasetUnavailableError(
+            f"no data for task {task!r} under {local_path!r}: expected {task}.parquet, {task}.jsonl or {task}/*.parquet"
+        )
+    suffixes = {p.suffix for p in candidates}
+    if len(suffixes) != 1:
+        raise DatasetUnavailableError(f"mixed file types for task {task!r}: {sorted(map(str, candidates))}")
+    builder = {".parquet": "parquet", ".jsonl": "json", ".json": "json"}.get(suffixes.pop())
+    if builder is None:
+        raise DatasetUnavailableError(f"unsupported file type for {candidates[0]} (use .parquet or .jsonl)")
+    return builder, [str(p) for p in candidates]
+
+
+def local_ruler_files(local_path: str, data_dir: str | None) -> list[str]:
+    """A local RULER copy's parquet files (kvpress's layout: one folder per length, ``data_dir``)."""
+    root = Path(local_path)
+    folder = root / data_dir if data_dir and (root / data_dir).is_dir() else root
+    if folder.is_file():
+        files = [folder]
+    elif folder.is_dir():
+        files = sorted(folder.glob("*.parquet"))
+    else:
+        raise DatasetUnavailableError(f"local_path {local_path!r} does not exist")
+    if not files:
+        raise DatasetUnavailableError(f"no parquet files for RULER data_dir {data_dir!r} under {local_path!r}")
+    return [str(f) for f in files]
+
+
+def local_source_files(task: str, local_path: str, data_dir: str | None = None) -> list[str]:
+    """The files a local copy's task is read from: the data job's Snakemake inputs, so an edit in place
+    reruns that task's data job and every cell made from it."""
+    from kvcache_bench.study.prompts import RULER_TASKS
+
+    if task in RULER_TASKS:
+        return local_ruler_files(local_path, data_dir)
+    return local_data_files(local_path, task)[1]
+
+
 @functools.cache
 def _hash_cache() -> dict:
     try:
@@ -66,8 +119,6 @@ def local_dataset_files(dataset: dict, task: str) -> list[str]:
     """The files of a local copy the data job reads for ``task`` (nothing for hub, synthetic or generated data)."""
     if not dataset.get("local_path"):
         return []
-    from kvcache_bench.data.longbench import DatasetUnavailableError, local_source_files
-
     try:
         return local_source_files(task, dataset["local_path"], dataset.get("data_dir"))
     except DatasetUnavailableError:

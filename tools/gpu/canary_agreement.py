@@ -26,8 +26,8 @@ sys.path.insert(0, str(ROOT))
 from kvcache_bench.analysis.metrics import score_records, task_score  # noqa: E402
 from kvcache_bench.data.longbench import normalise_rows  # noqa: E402
 from kvcache_bench.data.synthetic import make_synthetic_rows  # noqa: E402
-from kvcache_bench.generation.cell_runner import run_cell  # noqa: E402
-from kvcache_bench.generation.loading import ModelSettings  # noqa: E402
+from kvcache_bench.engine.cell_runner import run_cell  # noqa: E402
+from kvcache_bench.engine.loading import ModelSettings  # noqa: E402
 from kvcache_bench.study.prompts import max_new_tokens_for  # noqa: E402
 
 TASK = "synthetic_qa"

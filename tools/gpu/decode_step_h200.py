@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gpu_common import device_name  # noqa: E402
 
-from kvcache_bench.generation import batched_decode  # noqa: E402
-from kvcache_bench.generation.batched_decode import decode_together, prefill_prompt  # noqa: E402
-from kvcache_bench.generation.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
+from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
+from kvcache_bench.engine import batched_decode  # noqa: E402
+from kvcache_bench.engine.batched_decode import decode_together, prefill_prompt  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 from kvcache_bench.perf.rates import copy_bytes_per_s  # noqa: E402
 from kvcache_bench.study.prompts import PromptTokens  # noqa: E402

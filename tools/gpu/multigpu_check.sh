@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Prove that, on an N-GPU machine, `snakemake --resources gpu=N` runs N generation jobs at once, each
-# pinned to its own GPU (kvcache_bench/generation/gpus.py). Run from the repository root:
+# pinned to its own GPU (kvcache_bench/runtime/gpus.py). Run from the repository root:
 #
 #   bash tools/gpu/multigpu_check.sh              # on the GPU machine; N = GPUs present (at least 2)
 #   REHEARSAL=1 GPUS=2 bash tools/gpu/multigpu_check.sh   # same plumbing on a CPU machine (fake GPU count)

@@ -5,7 +5,7 @@ load, seconds to tens of seconds before each cell's few seconds of work. With ``
 each cell is still its own Snakemake job (its own log, benchmark, outputs, manifest and rerun decision), but
 its process is a light client that imports no torch:
 
-  * the client claims its slot through the GPU job entry (``generation.gpu_job``, ``load=False``): on a GPU,
+  * the client claims its slot through the GPU job entry (``runtime.gpu_job``, ``load=False``): on a GPU,
     the GPU lock (one job per GPU at a time, as before); on the CPU, the first free slot of its worker key;
   * it sends the job to the worker of (checkout, Python, package code, model settings, the method's
     attention, slot, its Snakemake run), starting that worker first if none is listening. A worker of
@@ -42,7 +42,7 @@ import time
 import traceback
 from pathlib import Path
 
-from kvcache_bench.generation.gpus import SCHEDULER_JOB_VARIABLES, claim_gpus, default_lock_dir
+from kvcache_bench.runtime.gpus import SCHEDULER_JOB_VARIABLES, claim_gpus, default_lock_dir
 from kvcache_bench.workflow import ScriptJob
 
 IDLE_SECONDS = 60
@@ -83,14 +83,14 @@ def _alive(pid: int) -> bool:
 
 # What a worker can do for a job, by the job's kind: each writes the job's outputs from the loaded model.
 WORK = {
-    "generate": ("kvcache_bench.generation.job", "write_cell_predictions"),
-    "probe_padding": ("kvcache_bench.generation.probes", "write_padding_report"),
+    "generate": ("kvcache_bench.runtime.job", "write_cell_predictions"),
+    "probe_padding": ("kvcache_bench.runtime.probes", "write_padding_report"),
 }
 
 
 def worker_settings(job, attention: str | None = None) -> dict:
     """What a worker is for: the model settings and the attention the job runs (by default, what its method needs)."""
-    from kvcache_bench.generation.gpu_job import method_attention, model_params_of
+    from kvcache_bench.runtime.gpu_job import method_attention, model_params_of
 
     return {"model": model_params_of(job), "attention": attention or method_attention(job), "code": job.params.code}
 
@@ -180,7 +180,7 @@ def _start_worker(address: str, log_path: Path, settings: dict, owner: int, thre
     with open(log_path, "a") as log:
         # its own session: a Snakemake that stops this job's process group leaves the worker to the next cell
         return subprocess.Popen(
-            [sys.executable, "-m", "kvcache_bench.generation.worker", address, str(log_path), json.dumps(settings), str(owner), str(threads)],
+            [sys.executable, "-m", "kvcache_bench.runtime.worker", address, str(log_path), json.dumps(settings), str(owner), str(threads)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
         )
 
@@ -299,7 +299,7 @@ def serve(address: str, log_path: Path, settings: dict, owner: int, threads: int
     started = time.perf_counter()
     import torch
 
-    from kvcache_bench.generation.loading import ModelSettings, load_for_settings
+    from kvcache_bench.engine.loading import ModelSettings, load_for_settings
     from kvcache_bench.manifest import write_manifest
 
     torch.set_num_threads(max(1, threads))

@@ -1,7 +1,7 @@
 """The generate rule's job: one cell's predictions and their manifest, from the job's input, params and log.
 
 scripts/generate.py runs it in its own process (``run_generate_job``), or, with ``generation.model_workers``,
-hands the cell to a model worker (kvcache_bench.generation.worker) that has the model loaded already and
+hands the cell to a model worker (kvcache_bench.runtime.worker) that has the model loaded already and
 calls ``write_cell_predictions`` with it.
 """
 
@@ -13,11 +13,11 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
-from kvcache_bench.generation.cell_runner import run_cell
-from kvcache_bench.generation.gpu_job import gpu_job
-from kvcache_bench.generation.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
+from kvcache_bench.engine.cell_runner import run_cell
+from kvcache_bench.engine.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
+from kvcache_bench.runtime.gpu_job import gpu_job
 from kvcache_bench.study.sources import resolved_revision
 from kvcache_bench.workflow import params_of, settings_of
 

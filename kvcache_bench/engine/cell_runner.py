@@ -10,16 +10,16 @@ from enum import Enum
 
 import torch
 
-from kvcache_bench.generation.batched_decode import (
+from kvcache_bench.engine.batched_decode import (
     DecodePath,
     decode_mode,
     generate_prefill_one_decode_many,
     generate_shared_contexts_together,
 )
-from kvcache_bench.generation.caches import kv_bytes_per_token
-from kvcache_bench.generation.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
-from kvcache_bench.generation.other_question import OtherQuestionGroup, generate_other_question
-from kvcache_bench.generation.single_decode import (
+from kvcache_bench.engine.caches import kv_bytes_per_token
+from kvcache_bench.engine.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
+from kvcache_bench.engine.other_question import OtherQuestionGroup, generate_other_question
+from kvcache_bench.engine.single_decode import (
     Generation,
     decode_answer,
     generate_one,
@@ -337,8 +337,8 @@ def run_cell(
 
     ``batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
-    (``kvcache_bench.generation.batched_decode``: safe with eviction). ``loaded`` is a model a worker
-    loaded already for these settings and this method's attention (``kvcache_bench.generation.worker``).
+    (``kvcache_bench.engine.batched_decode``: safe with eviction). ``loaded`` is a model a worker
+    loaded already for these settings and this method's attention (``kvcache_bench.runtime.worker``).
     In the other-question mode a row that is the only question on its context has no record (the cell's
     count says how many it could use). ``masks_slots``: the method's check measured that it hides slots through
     kvpress's per-model masks, so a decode batch > 1 decodes its examples one at a time (said in each record).

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.generation.caches import clear_key_masks, default_cache, mean_cache_length
-from kvcache_bench.generation.loading import synchronize
-from kvcache_bench.generation.prefill import (
+from kvcache_bench.engine.caches import clear_key_masks, default_cache, mean_cache_length
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import (
     prefill,
     prefill_example,
     prefill_shared_context,

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.generation.batched_decode import DecodePath, PrefilledPrompt, decode_together
-from kvcache_bench.generation.caches import default_cache, mean_cache_length
-from kvcache_bench.generation.loading import synchronize
-from kvcache_bench.generation.prefill import prefill
-from kvcache_bench.generation.single_decode import Generation
-from kvcache_bench.generation.slot_positions import KeptPositions, context_slots
+from kvcache_bench.engine.batched_decode import DecodePath, PrefilledPrompt, decode_together
+from kvcache_bench.engine.caches import default_cache, mean_cache_length
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import prefill
+from kvcache_bench.engine.single_decode import Generation
+from kvcache_bench.engine.slot_positions import KeptPositions, context_slots
 
 
 @dataclass

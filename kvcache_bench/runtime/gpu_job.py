@@ -12,8 +12,8 @@ import contextlib
 import logging
 from dataclasses import dataclass
 
-from kvcache_bench.generation.gpus import GpuPin, pin_gpus_for_job
 from kvcache_bench.manifest import verify_against_manifest
+from kvcache_bench.runtime.gpus import GpuPin, pin_gpus_for_job
 from kvcache_bench.workflow import logging_to, params_of
 
 log = logging.getLogger("kvcache_bench")
@@ -24,7 +24,7 @@ class GpuJob:
     job: object
     pin: GpuPin
     data: dict  # path -> its manifest, for every data input (``rows``) of the job
-    loaded: object | None  # generation.loading.LoadedModel, when the job loaded a model here
+    loaded: object | None  # engine.loading.LoadedModel, when the job loaded a model here
 
 
 def data_inputs(job) -> list[str]:
@@ -55,7 +55,7 @@ def gpu_job(job, *, attn_implementation: str | None = None, tokenizer: bool = Tr
     """Run the body as a GPU job: the rule's log, a GPU of its own, its data verified, its model loaded.
 
     ``attn_implementation`` defaults to what the job's method needs; ``load=False`` does everything but
-    importing torch and loading (a generate job whose model lives in a worker, ``generation.worker``).
+    importing torch and loading (a generate job whose model lives in a worker, ``runtime.worker``).
     """
     from kvcache_bench.study.config_checks import remote_code_warning
 
@@ -71,7 +71,7 @@ def gpu_job(job, *, attn_implementation: str | None = None, tokenizer: bool = Tr
 
             torch.set_num_threads(max(1, int(job.threads)))
             if model is not None:
-                from kvcache_bench.generation.loading import ModelSettings, load_for_settings
+                from kvcache_bench.engine.loading import ModelSettings, load_for_settings
 
                 settings = ModelSettings(**model)
                 attention = attn_implementation or method_attention(job) or settings.attn_implementation

@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from kvcache_bench.generation.caches import clear_key_masks, mean_cache_length
-from kvcache_bench.generation.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
-from kvcache_bench.generation.single_decode import presses_while_decoding
+from kvcache_bench.engine.caches import clear_key_masks, mean_cache_length
+from kvcache_bench.engine.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
+from kvcache_bench.engine.single_decode import presses_while_decoding
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.prompts import split_prompt
 

@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvcache_bench.generation.caches import default_cache
-from kvcache_bench.generation.loading import synchronize
-from kvcache_bench.generation.prefill import prefill, prefill_example, prefill_shared_context
-from kvcache_bench.generation.single_decode import Generation, greedy_decode
+from kvcache_bench.engine.caches import default_cache
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import prefill, prefill_example, prefill_shared_context
+from kvcache_bench.engine.single_decode import Generation, greedy_decode
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 

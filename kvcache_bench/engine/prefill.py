@@ -11,14 +11,14 @@ import time
 
 import torch
 
-from kvcache_bench.generation.caches import (
+from kvcache_bench.engine.caches import (
     CacheCheckpoint,
     cache_lengths,
     clear_key_masks,
     default_cache,
     mean_cache_length,
 )
-from kvcache_bench.generation.loading import synchronize
+from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.generation.checkpoints import damaged_model_files, require_whole_checkpoint
+from kvcache_bench.engine.checkpoints import damaged_model_files, require_whole_checkpoint
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
