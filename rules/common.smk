@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 sys.path.insert(0, workflow.basedir)
 
-from kvcache_bench.workflow import export_package_path, package_code_hash
+from kvcache_bench.workflow import export_package_path, package_code_hash, wildcards_of
 
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
 # this file again), so the code that ran is the code the manifest's git commit names.
@@ -304,38 +304,39 @@ def expected_examples_per_cell():
     return [study.expected_examples(config, cell) for cell in STUDY_CELLS]
 
 
+# Params that decide how a job runs, not what it writes: two studies' files are not compared on them
+HOW_NOT_WHAT = ("code", "model_workers")
+
+
+def rule_settings(rule, wildcards):
+    """What a job of ``rule`` records in its manifest's params for these wildcards (wildcards_of + its params,
+    HOW_NOT_WHAT aside), evaluated from the rule's own params so that no second list can drift from them; None
+    when a param needs more than wildcards (the job's own checks remain)."""
+    from snakemake.iocontainers import Wildcards
+
+    try:
+        params = {
+            name: value(Wildcards(fromdict=wildcards)) if callable(value) else value
+            for name, value in rule.params.items()
+        }
+    except Exception:
+        return None
+    return wildcards_of(SimpleNamespace(wildcards=wildcards)) | {
+        name: value for name, value in params.items() if name not in HOW_NOT_WHAT
+    }
+
+
 def expected_generation_settings(cell):
-    """What the generate rule's params say for this cell (its code hash aside): a manifest must agree."""
-    wildcards = SimpleNamespace(**cell)
-    return dict(
-        task=cell["task"],
-        model_settings=model_settings(wildcards),
-        model_sha256=model_content(wildcards),
-        method=cell["method"],
-        retention=float(cell["retention"]),
-        batch_size=int(cell["batch_size"]),
-        decode_batch_size=int(cell["decode_batch_size"]),
-        question_mode=cell["question_mode"],
-        max_new_tokens=max_new_tokens(wildcards),
-        method_kwargs=method_kwargs(wildcards),
-        seed=SEED,
-    )
+    """What the generate job of this cell puts in its predictions' manifest: a manifest must agree."""
+    return rule_settings(rules.generate, cell)
 
 
 def expected_data_settings(dataset, task):
-    """What the rule that makes this dataset's rows puts in their manifest's params (its code hash aside),
-    evaluated from that rule's own params: a manifest must agree (a study of other synthetic-data settings once
-    read another study's questions)."""
-    from snakemake.iocontainers import Wildcards
-
-    wildcards = Wildcards(fromdict={"dataset": dataset, "task": task})
+    """What the rule that makes this dataset's rows puts in their manifest's params: a manifest must agree (a
+    study of other synthetic-data settings once read another study's questions)."""
     for maker in workflow.rules:
         if maker.name != "all" and maker.is_producer(f"results/data/{dataset}/{task}.jsonl"):
-            try:
-                params = {name: value(wildcards) if callable(value) else value for name, value in maker.params.items()}
-            except Exception:  # a param that needs more than wildcards: the data job's own checks remain
-                return None
-            return {"dataset": dataset, "task": task} | {k: v for k, v in params.items() if k != "code"}
+            return rule_settings(maker, {"dataset": dataset, "task": task})
     return None
 
 
@@ -358,7 +359,10 @@ def refuse_another_studys_outputs():
         settings = expected_data_settings(dataset, task)
         if settings is not None:
             expected[f"results/data/{dataset}/{task}.jsonl"] = settings
-    expected |= {cell_path("predictions", cell, ".jsonl"): expected_generation_settings(cell) for cell in STUDY_CELLS}
+    for cell in STUDY_CELLS:
+        settings = expected_generation_settings(cell)
+        if settings is not None:
+            expected[cell_path("predictions", cell, ".jsonl")] = settings
     expected["results/tables/summary.csv"] = dict(
         cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
     )
