@@ -10,12 +10,24 @@ configfile: "config.yaml"
 
 
 import sys
+from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, workflow.basedir)
-from kvcache_bench.study.config_files import check_config_files, keep_workflow_config
+from kvcache_bench.study.config_files import (
+    check_config_files,
+    keep_workflow_config,
+    refuse_numbers_as_text,
+)
 
-# Before the schema: a key written twice is named with its line, and `--config k=v` alone keeps config.yaml.
+# Before the schema: a key written twice is named with its line, a number list typed on the command line is
+# named with what to write instead, and `--config k=v` alone keeps config.yaml.
 check_config_files(workflow)
+refuse_numbers_as_text(
+    workflow.config_settings.overwrite_config,
+    yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text()),
+)
 if (kept := keep_workflow_config(config, workflow)) and workflow.is_main_process:
     print(kept, file=sys.stderr)
 

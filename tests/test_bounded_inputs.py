@@ -78,3 +78,18 @@ def test_every_committed_config_is_within_the_bounds():
         config = yaml.safe_load(path.read_text())
         if "models" in config:  # a whole study (not a targets-only file given before it)
             validate(config, SCHEMA)
+
+
+def test_a_number_list_typed_on_the_command_line_is_named_with_what_to_write_instead():
+    """`--config retentions=[0.25]` reaches the config as ['0.25'] (Snakemake passes a list's items as text): the
+    refusal says so and how to write the list, where the schema would only say '0.25' is not a number."""
+    from kvcache_bench.study.config_files import CommandLineConfigError, refuse_numbers_as_text
+
+    schema = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
+    with pytest.raises(CommandLineConfigError, match=r"--config retentions=\[\.\.\.\] gave the list \['0.25'\]") as refused:
+        refuse_numbers_as_text({"retentions": ["0.25"]}, schema)
+    assert "printf 'retentions: [0.25]\\n' > my-retentions.yaml" in str(refused.value)
+    with pytest.raises(CommandLineConfigError, match="decode_batch_sizes takes numbers"):
+        refuse_numbers_as_text({"decode_batch_sizes": ["1", "32"]}, schema)
+    # text where the schema takes text, and numbers where it takes numbers, pass
+    refuse_numbers_as_text({"methods": ["full_cache", "snapkv"], "retentions": [0.25], "seed": "7"}, schema)

@@ -97,6 +97,27 @@ def check_config_files(workflow) -> None:
             read_config_file(path)
 
 
+class CommandLineConfigError(ValueError):
+    """A `--config` value that would reach the config as something other than what was typed."""
+
+
+def refuse_numbers_as_text(overrides: dict, schema: dict) -> None:
+    """`--config retentions=[0.25]` reaches the config as ``['0.25']``: Snakemake parses a bare value as a number
+    but a list's items as text, and the schema would only say "'0.25' is not of type 'number'". Refused naming
+    the key and what to write instead, for each top-level list whose schema items are numbers."""
+    for key, value in (overrides or {}).items():
+        items = ((schema.get("properties") or {}).get(key) or {}).get("items") or {}
+        if not isinstance(value, list) or items.get("type") not in ("number", "integer"):
+            continue
+        texts = [item for item in value if isinstance(item, str)]
+        if texts:
+            raise CommandLineConfigError(
+                f"--config {key}=[...] gave the list {value!r}: Snakemake passes a list's items as text, and "
+                f"{key} takes numbers. Put the list in a file and add it after the study's: "
+                f"printf '{key}: [{', '.join(texts)}]\\n' > my-{key}.yaml, then --configfile <study's config> my-{key}.yaml"
+            )
+
+
 def keep_workflow_config(config: dict, workflow, default_file: str = "config.yaml") -> str | None:
     """`--config k=v` without `--configfile`: config.yaml with k=v on top, not `{k: v}` alone. Returns what
     to tell the user (None when nothing was changed)."""
