@@ -17,6 +17,7 @@ from kvcache_bench.canary.sequences import IGNORE, Curriculum, Vocabulary, encod
 from kvcache_bench.canary.settings import TrainSettings, load_settings
 from kvcache_bench.canary.train import Schedule, canary_tokenizer, train_canary
 from kvcache_bench.data.synthetic import make_synthetic_document, synthetic_vocabulary
+from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.prompts import build_prompt_tokens
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,8 +118,9 @@ def test_training_is_seeded_checkpointed_and_loads_through_the_engine(tmp_path):
 
     rows = held_out_rows(n_documents=1, questions_per_document=2, min_words=100, max_words=120)
     settings = ModelSettings(path=str(tmp_path / "a"), dtype="float32", max_context_tokens=512, device="cpu")
-    records = list(run_cell(rows, task="synthetic_qa", model_settings=settings, method="snapkv", retention=0.5, batch_size=1,
-                            question_mode="question_aware", max_new_tokens=4, seed=0, progress=False))
+    run = CellRun(task="synthetic_qa", model_settings=settings, method="snapkv", retention=0.5, question_mode="question_aware",
+                  max_new_tokens=4, seed=0)
+    records = list(run_cell(rows, run, progress=False))
     assert [r["id"] for r in records] == [r["_id"] for r in rows]
     assert all(0 < r["kept_tokens"] < r["prompt_tokens"] for r in records)
 

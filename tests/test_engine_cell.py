@@ -9,6 +9,7 @@ from kvcache_bench.data.longbench import normalise_rows
 from kvcache_bench.data.synthetic import make_synthetic_rows
 from kvcache_bench.engine.cell_runner import run_cell
 from kvcache_bench.engine.loading import ModelSettings
+from kvcache_bench.study.cell import CellRun
 
 DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo"
 
@@ -29,18 +30,20 @@ def cell(rows, model_path, mode, method="snapkv", retention=0.5, max_context_tok
     return list(
         run_cell(
             rows,
-            task="synthetic_qa",
-            model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=max_context_tokens),
-            method=method,
-            retention=retention,
-            batch_size=batch_size,
-            question_mode=mode,
-            max_new_tokens=4,
-            seed=0,
-            method_kwargs={"window_size": 4} if method == "snapkv" else None,
+            CellRun(
+                task="synthetic_qa",
+                model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=max_context_tokens),
+                method=method,
+                retention=retention,
+                batch_size=batch_size,
+                question_mode=mode,
+                max_new_tokens=4,
+                seed=0,
+                method_kwargs={"window_size": 4} if method == "snapkv" else None,
+                decode_batch_size=decode_batch_size,
+                **engine,
+            ),
             progress=False,
-            decode_batch_size=decode_batch_size,
-            **engine,
         )
     )
 
@@ -145,9 +148,13 @@ DECODING_BUDGET = {"compression_interval": 2, "target_size": 32, "hidden_states_
 def decoding_cell(rows, model_path, mode, decode_batch_size=1, method_kwargs=DECODING_BUDGET):
     return list(
         run_cell(
-            rows, task="synthetic_qa", model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=2048),
-            method="decoding_knorm", retention=1.0, batch_size=1, question_mode=mode, max_new_tokens=4, seed=0,
-            method_kwargs=method_kwargs, progress=False, decode_batch_size=decode_batch_size,
+            rows,
+            CellRun(
+                task="synthetic_qa", model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=2048),
+                method="decoding_knorm", retention=1.0, batch_size=1, question_mode=mode, max_new_tokens=4, seed=0,
+                method_kwargs=method_kwargs, decode_batch_size=decode_batch_size,
+            ),
+            progress=False,
         )
     )
 
@@ -182,6 +189,6 @@ def test_kvpress_pipeline_engine_records_a_decoding_press_as_compressed_while_de
     settings = ModelSettings(path=demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
     # question-agnostic: the demo tokenizer has no chat template, so question-aware leaves the pipeline no question to run
     common = dict(task="synthetic_qa", model_settings=settings, retention=1.0, batch_size=1, question_mode="question_agnostic", max_new_tokens=4, seed=0)
-    records = list(run_cell_on_kvpress_pipeline(rows[:1], method="decoding_knorm", method_kwargs=DECODING_BUDGET, **common))
+    records = list(run_cell_on_kvpress_pipeline(rows[:1], CellRun(method="decoding_knorm", method_kwargs=DECODING_BUDGET, **common)))
     assert records[0]["compressed_while_decoding"] and records[0]["kept_tokens"] == 32 < records[0]["pressed_tokens"]
-    assert not next(run_cell_on_kvpress_pipeline(rows[:1], method="snapkv", **{**common, "retention": 0.5}))["compressed_while_decoding"]
+    assert not next(run_cell_on_kvpress_pipeline(rows[:1], CellRun(method="snapkv", **{**common, "retention": 0.5})))["compressed_while_decoding"]

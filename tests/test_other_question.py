@@ -21,6 +21,7 @@ from kvcache_bench.engine.prefill import prefill
 from kvcache_bench.engine.single_decode import greedy_decode
 from kvcache_bench.engine.slot_positions import KeptPositions
 from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.question_modes import other_questions
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 
@@ -233,10 +234,9 @@ def test_snapkv_answers_the_question_it_saw_and_loses_it_when_it_saw_the_other(c
     settings = ModelSettings(path=str(CANARY_DIR), dtype="float32", device="cpu", max_context_tokens=4096)
 
     def f1(mode):
-        records = run_cell(
-            rows, task="synthetic_qa", model_settings=settings, method="snapkv", retention=0.1, batch_size=1, question_mode=mode,
-            max_new_tokens=8, seed=0, method_kwargs=METHOD_KWARGS["snapkv"], progress=False,
-        )
+        run = CellRun(task="synthetic_qa", model_settings=settings, method="snapkv", retention=0.1, question_mode=mode,
+                      max_new_tokens=8, seed=0, method_kwargs=METHOD_KWARGS["snapkv"])
+        records = run_cell(rows, run, progress=False)
         return [score_example("synthetic_qa", r["prediction"], r["references"]) for r in records]
 
     aware, other = f1("question_aware"), f1("other_question")

@@ -83,23 +83,16 @@ def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, s
     """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
     from kvcache_bench.engine.cell_runner import run_cell
     from kvcache_bench.engine.loading import ModelSettings
+    from kvcache_bench.study.cell import CellRun
 
     model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
     kwargs = METHOD_KWARGS.get(setting.method, {})
     if setting.batch_size == 1:
-        records = run_cell(
-            rows,
-            task=SYNTHETIC_TASK,
-            model_settings=model_settings,
-            method=setting.method,
-            retention=setting.retention,
-            batch_size=1,
-            question_mode=setting.question_mode,
-            max_new_tokens=8,
-            seed=seed,
-            method_kwargs=kwargs,
-            progress=False,
+        run = CellRun(
+            task=SYNTHETIC_TASK, model_settings=model_settings, method=setting.method, retention=setting.retention,
+            question_mode=setting.question_mode, max_new_tokens=8, seed=seed, method_kwargs=kwargs,
         )
+        records = run_cell(rows, run, progress=False)
         return [record["prediction"] for record in records]
     return _padded_predictions(setting, rows, model_settings, kwargs, seed)
 

@@ -17,7 +17,7 @@ from kvcache_bench.engine.batched_decode import (
     generate_shared_contexts_together,
 )
 from kvcache_bench.engine.caches import kv_bytes_per_token
-from kvcache_bench.engine.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
+from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
 from kvcache_bench.engine.other_question import OtherQuestionGroup, generate_other_question
 from kvcache_bench.engine.single_decode import (
     Generation,
@@ -35,6 +35,7 @@ from kvcache_bench.methods.registry import (
     get_method,
     press_construction,
 )
+from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE, check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
 from kvcache_bench.study.prompts import (
@@ -264,29 +265,28 @@ def other_question_tokens(prompts: list[PromptTokens], rows: list[dict], partner
     return others
 
 
-def load_cell_generator(
-    model_settings: ModelSettings, loaded: LoadedModel | None, *, task: str, method: str, retention: float, mode: QuestionMode,
-    batch_size: int, decode_batch_size: int, max_new_tokens: int, seed: int, method_kwargs: dict | None,
-    custom_methods: dict | None = None, masks_slots: bool = False,
-) -> tuple[object, CellGenerator]:
-    """(tokenizer, generator): the model (``loaded``, or loaded now) for ``method``, its press and cache, and the cell's one strategy."""
-    attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
-    loaded = loaded_with_attention(model_settings, loaded, attention, method)
+def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[object, CellGenerator]:
+    """(tokenizer, generator): the model (``loaded``, or loaded now) for the run's method, its press and cache, and
+    the cell's one strategy."""
+    method, custom = run.method, run.custom_methods
+    attention = attention_implementation_for(method, run.model_settings.attn_implementation, custom)
+    loaded = loaded_with_attention(run.model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
-    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
+    press = build_press(method, run.retention, run.method_kwargs, seed=run.seed, custom_methods=custom)
     # Without a press no question is in view: the cache is the context's whichever question was asked before.
-    generation_mode = QuestionMode.QUESTION_AGNOSTIC if mode.removes_the_question_it_showed and press is None else mode
-    quantised = get_method(method, custom_methods).kv_cache_bits is not None
+    mode = QuestionMode.QUESTION_AGNOSTIC if run.mode.removes_the_question_it_showed and press is None else run.mode
     strategy = choose_strategy(
-        generation_mode, batch_size=batch_size, decode_batch_size=decode_batch_size, quantised_cache=quantised,
-        press_while_decoding=presses_while_decoding(press) is not None, masks_slots=masks_slots,
+        mode, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size,
+        quantised_cache=get_method(method, custom).kv_cache_bits is not None,
+        press_while_decoding=presses_while_decoding(press) is not None, masks_slots=run.masks_slots,
     )
-    decode_alone = masks_slots and decode_batch_size > 1 and strategy in (Strategy.ONE_BY_ONE, Strategy.SHARED_CONTEXT)
-    log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s", method, retention, batch_size, mode, strategy.value, device, attention)
+    decode_alone = run.masks_slots and run.decode_batch_size > 1 and strategy in (Strategy.ONE_BY_ONE, Strategy.SHARED_CONTEXT)
+    log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
+             method, run.retention, run.batch_size, run.mode, strategy.value, device, attention)
     return tokenizer, CellGenerator(
-        model, press, cache_factory_for(method, model, method_kwargs, custom_methods), generation_mode,
-        strategy, max_new_tokens, set(loaded.stop_ids) | extra_stop_ids(tokenizer, task),
-        1 if task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, decode_batch_size,
+        model, press, cache_factory_for(method, model, run.method_kwargs, custom), mode,
+        strategy, run.max_new_tokens, set(loaded.stop_ids) | extra_stop_ids(tokenizer, run.task),
+        1 if run.task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, run.decode_batch_size,
         MASKS_DECODE_ALONE if decode_alone else None,
     )
 
@@ -315,55 +315,34 @@ def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: lis
     return [len(p.context_ids) for p in prompts]
 
 
-def run_cell(
-    rows: list[dict],
-    *,
-    task: str,
-    model_settings: ModelSettings,
-    method: str,
-    retention: float,
-    batch_size: int,
-    question_mode: str,
-    max_new_tokens: int,
-    seed: int,
-    method_kwargs: dict | None = None,
-    progress: bool = True,
-    decode_batch_size: int = 1,
-    loaded: LoadedModel | None = None,
-    custom_methods: dict | None = None,
-    masks_slots: bool = False,
-):
+def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = None, progress: bool = True):
     """Yield one prediction record per row, in row order (the ``generate`` rule's work).
 
-    ``batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
+    ``run.batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
     (``kvcache_bench.engine.batched_decode``: safe with eviction). ``loaded`` is a model a worker
     loaded already for these settings and this method's attention (``kvcache_bench.runtime.worker``).
     In the other-question mode a row that is the only question on its context has no record (the cell's
-    count says how many it could use). ``masks_slots``: the method's check measured that it hides slots through
+    count says how many it could use). ``run.masks_slots``: the method's check measured that it hides slots through
     kvpress's per-model masks, so a decode batch > 1 decodes its examples one at a time (said in each record).
     """
     from tqdm import tqdm
 
+    task, method, retention, mode, model_settings = run.task, run.method, run.retention, run.mode, run.model_settings
     check_setting(
-        task=task, method=method, question_mode=question_mode, retention=retention, batch_size=batch_size,
-        decode_batch_size=decode_batch_size, custom_methods=custom_methods,
+        task=task, method=method, question_mode=run.question_mode, retention=retention, batch_size=run.batch_size,
+        decode_batch_size=run.decode_batch_size, custom_methods=run.custom_methods,
     )
-    mode = QuestionMode(question_mode)
     partner: dict[str, str | None] = {}
     if mode == QuestionMode.OTHER_QUESTION:
-        rows, partner = rows_with_other_questions(rows, seed)
+        rows, partner = rows_with_other_questions(rows, run.seed)
     elif mode == QuestionMode.SAME_QUESTION:
         partner = {row["_id"]: row["_id"] for row in rows}
-    torch.manual_seed(seed)
-    tokenizer, generator = load_cell_generator(
-        model_settings, loaded, task=task, method=method, retention=retention, mode=mode, batch_size=batch_size,
-        decode_batch_size=decode_batch_size, max_new_tokens=max_new_tokens, seed=seed, method_kwargs=method_kwargs,
-        custom_methods=custom_methods, masks_slots=masks_slots,
-    )
+    torch.manual_seed(run.seed)
+    tokenizer, generator = load_cell_generator(run, loaded)
     model, strategy, device = generator.model, generator.strategy, generator.model.device
     construction = press_construction(generator.press)  # before generating: a press may keep state on itself
-    kv_bits = get_method(method, custom_methods).kv_cache_bits
+    kv_bits = get_method(method, run.custom_methods).kv_cache_bits
     slot_bytes, full_slot_bytes = kv_bytes_per_token(model, kv_bits), kv_bytes_per_token(model)
 
     prompts = [
@@ -374,13 +353,13 @@ def run_cell(
     if problem := vocabulary_problem(prompts, rows_ids, model.get_input_embeddings().num_embeddings, model_settings.path):
         raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
-    if generator.press is not None and (problem := prompt_length_problem(method, method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
+    if generator.press is not None and (problem := prompt_length_problem(method, run.method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
     if strategy == Strategy.PRESS_WHILE_DECODING and (
-        problem := decoding_budget_problem(method, construction, max_new_tokens, [p.length for p in prompts])
+        problem := decoding_budget_problem(method, construction, run.max_new_tokens, [p.length for p in prompts])
     ):
         raise ValueError(problem)  # the check job refused what it could tell without the prompts
-    chunks = plan_chunks(strategy, prompts, batch_size=batch_size, decode_batch_size=decode_batch_size, others=others)
+    chunks = plan_chunks(strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others)
     warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
     setting = {
         "kv_cache_bits": kv_bits,
@@ -391,7 +370,7 @@ def run_cell(
         "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
         "method": method,
         "retention": retention,
-        "batch_size": batch_size,
+        "batch_size": run.batch_size,
         "question_mode": mode.value,
         "construction": construction,
     }

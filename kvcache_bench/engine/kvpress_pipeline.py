@@ -20,9 +20,10 @@ import time
 import torch
 
 from kvcache_bench.engine.caches import clear_key_masks, mean_cache_length
-from kvcache_bench.engine.loading import LoadedModel, ModelSettings, loaded_with_attention, synchronize
+from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
 from kvcache_bench.engine.single_decode import presses_while_decoding
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
+from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.prompts import split_prompt
 
 log = logging.getLogger(__name__)
@@ -40,36 +41,26 @@ def pipeline_inputs(task: str, row: dict, question_mode: str) -> tuple[str, str]
     return context, question
 
 
-def run_cell_on_kvpress_pipeline(
-    rows: list[dict],
-    *,
-    task: str,
-    model_settings: ModelSettings,
-    method: str,
-    retention: float,
-    batch_size: int,
-    question_mode: str,
-    max_new_tokens: int,
-    seed: int,
-    method_kwargs: dict | None = None,
-    decode_batch_size: int = 1,
-    custom_methods: dict | None = None,
-    loaded: LoadedModel | None = None,
-):
+def run_cell_on_kvpress_pipeline(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = None, progress: bool = True):
     """Yield one prediction record per row, in row order, from kvpress's pipeline (batch 1 only); ``loaded``:
-    a model a worker loaded already for these settings and this method's attention."""
+    a model a worker loaded already for these settings and this method's attention. (``progress`` is the
+    engines' common signature: the pipeline shows none.)"""
     from kvpress import KVPressTextGenerationPipeline  # noqa: F401  (importing kvpress registers the pipeline)
     from transformers import pipeline
 
-    if batch_size != 1 or decode_batch_size != 1:
-        raise ValueError(f"kvpress's pipeline generates one example at a time; batch {batch_size}, decode batch {decode_batch_size} asked")
-    torch.manual_seed(seed)
+    task, method, retention, question_mode, model_settings = run.task, run.method, run.retention, run.question_mode, run.model_settings
+    custom_methods, max_new_tokens = run.custom_methods, run.max_new_tokens
+    if run.batch_size != 1 or run.decode_batch_size != 1:
+        raise ValueError(
+            f"kvpress's pipeline generates one example at a time; batch {run.batch_size}, decode batch {run.decode_batch_size} asked"
+        )
+    torch.manual_seed(run.seed)
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     loaded = loaded_with_attention(model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=device)
-    press = build_press(method, retention, method_kwargs, seed=seed, custom_methods=custom_methods)
-    make_cache = cache_factory_for(method, model, method_kwargs, custom_methods)
+    press = build_press(method, retention, run.method_kwargs, seed=run.seed, custom_methods=custom_methods)
+    make_cache = cache_factory_for(method, model, run.method_kwargs, custom_methods)
 
     def answer(row) -> tuple[str, object, float]:
         context, question = pipeline_inputs(task, row, question_mode)

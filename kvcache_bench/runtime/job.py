@@ -18,6 +18,7 @@ from kvcache_bench.engine.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_
 from kvcache_bench.io import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.runtime.gpu_job import gpu_job
+from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.sources import resolved_revision
 from kvcache_bench.workflow import params_of, settings_of
 
@@ -28,23 +29,8 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
     on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
     engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
     # kvpress's pipeline decodes one example at a time anyway; this engine decodes a masking press's alone
-    decoding = {} if on_kvpress else {"masks_slots": masks_slots(job)}
-    records = engine(
-        read_jsonl(job.input.rows),
-        task=p.task,
-        model_settings=loaded.settings,
-        method=p.method,
-        retention=p.retention,
-        batch_size=p.batch_size,
-        decode_batch_size=p.decode_batch_size,
-        question_mode=p.question_mode,
-        max_new_tokens=p.max_new_tokens,
-        seed=p.seed,
-        method_kwargs=p.method_kwargs,
-        custom_methods=getattr(p, "custom_methods", None),  # absent when a command line names no custom method
-        loaded=loaded,
-        **decoding,
-    )
+    run = CellRun.from_settings(p, loaded.settings, masks_slots=not on_kvpress and masks_slots(job))
+    records = engine(read_jsonl(job.input.rows), run, loaded=loaded)
     count = write_jsonl_atomic(job.output.predictions, records)
     measured = measure_cell(read_jsonl(job.output.predictions), p.retention)
     for warning in cell_warnings(SimpleNamespace(retention=p.retention, **measured)):

@@ -28,6 +28,7 @@ from kvcache_bench.data.longbench import normalise_rows  # noqa: E402
 from kvcache_bench.data.synthetic import make_synthetic_rows  # noqa: E402
 from kvcache_bench.engine.cell_runner import run_cell  # noqa: E402
 from kvcache_bench.engine.loading import ModelSettings  # noqa: E402
+from kvcache_bench.study.cell import CellRun  # noqa: E402
 from kvcache_bench.study.prompts import max_new_tokens_for  # noqa: E402
 
 TASK = "synthetic_qa"
@@ -38,9 +39,10 @@ DEFAULT_DECODE_BATCH = 32
 
 def run(rows, method, retention, dtype, decode_batch, device):
     settings = ModelSettings(path=str(ROOT / "resources" / "canary"), dtype=dtype, max_context_tokens=4096, device=device)
-    records = list(run_cell(rows, task=TASK, model_settings=settings, method=method, retention=retention, batch_size=1,
-                            question_mode="question_aware", max_new_tokens=max_new_tokens_for(TASK), seed=1234,
-                            method_kwargs=METHOD_KWARGS.get(method), progress=False, decode_batch_size=decode_batch))
+    run = CellRun(task=TASK, model_settings=settings, method=method, retention=retention, question_mode="question_aware",
+                  max_new_tokens=max_new_tokens_for(TASK), seed=1234, method_kwargs=METHOD_KWARGS.get(method),
+                  decode_batch_size=decode_batch)
+    records = list(run_cell(rows, run, progress=False))
     scores = [s["score"] for s in score_records(TASK, records)]
     return records, scores
 
