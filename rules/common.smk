@@ -332,7 +332,7 @@ def expected_generation_settings(cell):
 
 
 def expected_data_settings(dataset, task):
-    """What the rule that makes this dataset's rows puts in their manifest's params: a manifest must agree (a
+    """The params a manifest of this dataset's rows must agree with, those of the rule that makes them here (a
     study of other synthetic-data settings once read another study's questions)."""
     for maker in workflow.rules:
         if maker.name != "all" and maker.is_producer(f"results/data/{dataset}/{task}.jsonl"):
