@@ -65,19 +65,24 @@ def _readme_text() -> str:
 
 
 def test_the_sweep_cost_sentences_are_the_committed_runs():
-    """The README's worker figures (the SmolLM2 grid and the 8B cell) are the committed sweep_cost files'."""
+    """The README's worker figures (the SmolLM2 grid) and docs/model-workers.md's table (the grids and the 8B cell)
+    are the committed sweep_cost files'."""
     import json
 
-    text = _readme_text()
-    grid = json.loads((REPO / "reference/h200-smollm2-sweep/tables/sweep_cost.json").read_text())
+    def cost(run):
+        return json.loads((REPO / f"reference/{run}/tables/sweep_cost.json").read_text())
+
+    grid = cost("h200-smollm2-sweep")
     assert (f"took {grid['wall_seconds']} s of wall time for {grid['work_seconds']} s of measured work, one worker "
-            f"start of {grid['worker_start_seconds']} s and {grid['cell_warmup_seconds']} s of per-cell warm-up") in text
-    with_worker, without = (
-        json.loads((REPO / f"reference/h200-8b-cell/{run}/tables/sweep_cost.json").read_text())
-        for run in ("with-worker", "without-worker")
-    )
-    assert (f"took {with_worker['wall_seconds']} s of job time with a worker ({with_worker['work_seconds']} s of work, "
-            f"a {with_worker['worker_start_seconds']} s worker start, {with_worker['cell_warmup_seconds']} s of warm-up) "
-            f"and {without['wall_seconds']} s loading its own model ({without['work_seconds']} s of work, "
-            f"{without['cell_warmup_seconds']} s of warm-up)") in text
-    assert with_worker["model_workers"] == 1 and without["jobs_that_loaded_their_own_model"] == 1
+            f"start of {grid['worker_start_seconds']} s and {grid['cell_warmup_seconds']} s of per-cell warm-up") in _readme_text()
+    table = (REPO / "docs/model-workers.md").read_text()
+    for run, loads in [("h200-smollm2-needle", "two workers"), ("h200-smollm2-questions", "two workers"),
+                       ("h200-8b-cell/with-worker", "one worker")]:
+        measured = cost(run)
+        assert (f"| {measured['cells']} | {measured['wall_seconds']} | {measured['work_seconds']} | "
+                f"{measured['worker_start_seconds']} ({loads}) | {measured['cell_warmup_seconds']} | "
+                f"{measured['wall_over_work_plus_loads']:.2f} | `reference/{run}/` |") in table, run
+    without = cost("h200-8b-cell/without-worker")
+    assert (f"| {without['cells']} | {without['wall_seconds']} | {without['work_seconds']} | in wall | "
+            f"{without['cell_warmup_seconds']} | {without['wall_over_work_plus_loads']:.2f} | `reference/h200-8b-cell/without-worker/` |") in table
+    assert cost("h200-8b-cell/with-worker")["model_workers"] == 1 and without["jobs_that_loaded_their_own_model"] == 1
