@@ -30,3 +30,16 @@ def test_two_cells_of_one_worker_count_its_start_once_and_the_wall_spans_both_jo
     assert report["wall_seconds"] == 40.0 and report["work_seconds"] == 10.0 and report["worker_start_seconds"] == 12.0
     assert report["jobs_that_loaded_their_own_model"] == 1 and report["cell_warmup_seconds"] == 1.5
     assert report["wall_over_work_plus_loads"] == round(40 / 22, 2)
+
+
+def test_a_sweep_over_two_calls_is_costed_per_worker_without_the_gap_between_them(tmp_path):
+    """Two Snakemake runs an hour apart (two device calls), one worker each: the whole wall counts the hour, the
+    per-worker walls do not, and each worker's start is charged to its own cells."""
+    early = {"host": "h", "pid": 7, "loaded_at": 1.0, "start_seconds": 10.0}
+    late = {"host": "h", "pid": 9, "loaded_at": 3600.0, "start_seconds": 5.0}
+    first = _cell(tmp_path, "a", ended=1_000_020, job_seconds=20, seconds=[10.0], worker=early)
+    second = _cell(tmp_path, "b", ended=1_003_620, job_seconds=20, seconds=[15.0], worker=late)
+    report = sweep_cost(*map(list, zip(first, second)))
+    assert report["wall_seconds"] == 3620.0 and report["wall_seconds_within_workers"] == 40.0
+    assert [(w["pid"], w["cells"], w["wall_seconds"]) for w in report["per_worker"]] == [(7, 1, 20.0), (9, 1, 20.0)]
+    assert [w["wall_over_work_plus_loads"] for w in report["per_worker"]] == [1.0, 1.0]
