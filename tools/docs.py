@@ -5,7 +5,7 @@
     python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
     python tools/docs.py method-families   # README's one row per family, from the same catalogue
     python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
-    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-{needle,questions,ruler-presses}/tables/
+    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-{needle,questions,ruler-at-50,ruler-at-25}/tables/
 """
 
 from __future__ import annotations
@@ -158,11 +158,12 @@ def parity_table() -> str:
 
 NEEDLE_RUN = REPO / "reference/h200-smollm2-needle"
 QUESTIONS_RUN = REPO / "reference/h200-smollm2-questions"
-RULER_RUN = REPO / "reference/h200-smollm2-ruler-presses"
+RULER_RUNS = [REPO / "reference/h200-smollm2-ruler-at-50", REPO / "reference/h200-smollm2-ruler-at-25"]
 RULER_HEAD = (
-    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`, the full cache, SnapKV and "
-    "Compactor, question-aware; `reference/h200-smollm2-ruler-presses/`), and kvpress's needle test on Paul Graham's essays "
-    "(1k/2k/4k tokens × 5 depths, ROUGE-L). "
+    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`: every press at 50% and 25%, "
+    "both question modes, n = 100; `reference/h200-smollm2-ruler-at-{50,25}/`), and kvpress's needle test on Paul Graham's "
+    "essays (1k/2k/4k tokens × 5 depths, ROUGE-L; SmolLM2's full cache ends its turn at once at 1k and 2k and finds the "
+    "needle at 4k, so a press can beat it). "
 )
 QUESTIONS_HEAD = (
     "Which lose most when the question changes (`config/smollm2-h200-questions.yaml`, `reference/h200-smollm2-questions/`): "
@@ -192,7 +193,7 @@ def findings() -> str:
         pd.read_csv(QUESTIONS_RUN / "tables/summary.csv"), pd.read_csv(QUESTIONS_RUN / "tables/per_example.csv"),
         seed=yaml.safe_load((REPO / "config/smollm2-h200-questions.yaml").read_text())["seed"],
     )
-    ruler = ruler_sentences(pd.read_csv(RULER_RUN / "tables/summary.csv"))
+    ruler = ruler_sentences(pd.concat([pd.read_csv(run / "tables/summary.csv") for run in RULER_RUNS]))
     blocks = ["\n".join(needle_sentences(summary)), " ".join(padding_sentences(padding)), QUESTIONS_HEAD + "\n".join(questions),
               RULER_HEAD + "\n".join(ruler)]
     return "\n\n".join(blocks) + "\n"

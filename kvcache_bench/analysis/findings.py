@@ -123,16 +123,42 @@ def _task_name(row) -> str:
 
 
 def ruler_sentences(summary: pd.DataFrame) -> list[str]:
-    """Per task and length, the full cache's question-aware score, then each press's score and paired difference to it:
-    what a press costs on NVIDIA's own RULER, beside the haystacks this project makes."""
-    aware = summary[(summary["question_mode"] == "question_aware") & ~summary["incomplete"].astype(bool)]
-    order = aware.sort_values(["task", "dataset"])
-    full = order[order["method"] == BASELINE_METHOD]
-    lines = ["Full cache, score ×100 [95% interval] (n): " + "; ".join(
+    """What each press costs on NVIDIA's own RULER, beside the haystacks this project makes: the full cache per task
+    and length, then per retention each press's mean over the RULER task-lengths in both question modes and in how
+    many of them its paired interval reaches the full cache (question-aware); then the Paul Graham needle test.
+
+    ``summary`` may join several slices' tables (one per retention): the full cache's cells, shared, count once."""
+    complete = summary[~summary["incomplete"].astype(bool)].drop_duplicates(
+        ["dataset", "task", "method", "question_mode", "retention"])
+    aware = complete[complete["question_mode"] == "question_aware"].sort_values(["task", "dataset"])
+    full = aware[aware["method"] == BASELINE_METHOD]
+    lines = ["Full cache, question-aware score ×100 [95% interval] (n): " + "; ".join(
         f"{_task_name(r)} {r.score:.0f} [{r.ci_low:.0f}, {r.ci_high:.0f}] ({int(r.n)})" for r in full.itertuples()) + "."]
-    pressed = _pressed(order)
-    for (method, retention), rows in sorted(pressed.groupby(["method", "retention"]), key=lambda item: item[0]):
-        lines.append(f"- **{method_label(method)} keeping {retention_percent(retention)}**: " + "; ".join(
-            f"{_task_name(r)} {r.score:.0f} ({_signed(r.diff_vs_full)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
-            for r in rows.itertuples()) + ".")
+    is_ruler = complete["dataset"].str.startswith("ruler")
+    ruler, needle = _pressed(complete[is_ruler]), _pressed(complete[~is_ruler])
+    lengths = ruler[["dataset", "task"]].drop_duplicates().shape[0]
+    if lengths:  # one paragraph with the full cache's line: the README counts its lines
+        modes = complete[is_ruler & (complete["method"] == BASELINE_METHOD)].groupby("question_mode")["score"].mean()
+        lines[0] += (f" Each press: its mean over the {lengths} RULER task-lengths, question-aware / question-agnostic (the "
+                     f"full cache: {modes['question_aware']:.0f} / {modes['question_agnostic']:.0f}), then in how many its "
+                     "paired interval (question-aware) reaches the full cache.")
+    for retention, group in sorted(ruler.groupby("retention"), key=lambda item: -item[0]):
+        means = group.pivot_table(index="method", columns="question_mode", values="score", aggfunc="mean")
+        reached = group[group["question_mode"] == "question_aware"].groupby("method")["diff_ci_high"].apply(
+            lambda highs: int((highs >= 0).sum()))
+        means = means.sort_values("question_aware", ascending=False)
+        lines.append(f"- **{retention_percent(retention)} kept**: " + ", ".join(
+            f"{method_label(method)} {row.question_aware:.0f} / {row.question_agnostic:.0f} ({reached[method]} of {lengths})"
+            for method, row in means.iterrows()) + ".")
+    parts = []
+    for retention, group in sorted(needle.groupby("retention"), key=lambda item: -item[0]):
+        rows = group[group["question_mode"] == "question_aware"].sort_values("score", ascending=False)
+        gains = rows[rows["diff_ci_low"] > 0]
+        above = ", ".join(f"{method_label(r.method)} {r.score:.0f} ({_signed(r.diff_vs_full)} "
+                          f"{_interval(r.diff_ci_low, r.diff_ci_high)})" for r in gains.itertuples())
+        parts.append(f"{retention_percent(retention)} kept, {above or 'none'} above it and "
+                     f"{int((rows['diff_ci_high'] < 0).sum())} of {len(rows)} below")
+    if parts:
+        lines.append(f"- **Needle test** (question-aware, n = {int(needle['n'].min())} per cell), detectably against the full "
+                     "cache: " + "; ".join(parts) + ".")
     return lines
