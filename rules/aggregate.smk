@@ -30,6 +30,7 @@ rule aggregate:
         labels=custom_labels(),
         expected_n=expected_examples_per_cell(),
         not_run=not_run_cells(),
+        predictions_only=prediction_only_cells(),
         seed=SEED,
         small_n=config["analysis"]["small_n"],
         n_resamples=config["analysis"]["bootstrap_resamples"],

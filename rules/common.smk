@@ -28,7 +28,7 @@ from kvcache_bench.methods.custom import methods_needed, press_code_hash
 from kvcache_bench.methods.registry import METHODS, did_you_mean, method_label, retentions_for
 from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight
 from kvcache_bench.methods.shipped_properties import parse_time_properties
-from kvcache_bench.study.prompts import KNOWN_TASKS
+from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
 from kvcache_bench.study.config_checks import (
     StudyConfigError,
     check_study_config,
@@ -103,6 +103,9 @@ def cell_problems(cell):
 # before any job and listed, with why, in the tables (not run); when every cell is refused the run stops at parse
 # (refuse_a_study_with_nothing_to_run).
 STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), cell_problems)
+# ZeroSCROLLS hides its answers (its leaderboard scores them): its cells write predictions, and no score or table row
+SCORED_CELLS = [cell for cell in STUDY_CELLS if cell["task"] not in ANSWERS_HIDDEN]
+PREDICTION_ONLY_CELLS = [cell for cell in STUDY_CELLS if cell["task"] in ANSWERS_HIDDEN]
 
 
 wildcard_constraints:
@@ -117,7 +120,7 @@ wildcard_constraints:
 
 
 def all_score_files():
-    return [cell_path("scores", cell, ".jsonl") for cell in STUDY_CELLS]
+    return [cell_path("scores", cell, ".jsonl") for cell in SCORED_CELLS]
 
 
 def all_prediction_files():
@@ -171,9 +174,15 @@ def figure_files():
 def final_outputs():
     """The tables and figures of the accepted cells (they list the refused ones); none for a config of no study
     cells (a needle grid alone). Every cell refused stops the run at parse."""
-    if not STUDY_CELLS:
-        return []
-    return table_files() + figure_files() + engine_comparison_outputs()
+    predictions_only = [cell_path("predictions", cell, ".jsonl") for cell in PREDICTION_ONLY_CELLS]
+    if not SCORED_CELLS:
+        return predictions_only
+    return table_files() + figure_files() + engine_comparison_outputs() + predictions_only
+
+
+def prediction_only_cells():
+    """The cells whose answers are hidden, for the table's note: written, never scored."""
+    return [Cell(**study.typed_cell(cell)).target for cell in PREDICTION_ONLY_CELLS]
 
 
 def not_run_cells():
@@ -297,11 +306,11 @@ def doctor_method_checks():
 
 
 def cells_for_table():
-    return [study.typed_cell(cell) for cell in STUDY_CELLS]
+    return [study.typed_cell(cell) for cell in SCORED_CELLS]
 
 
 def expected_examples_per_cell():
-    return [study.expected_examples(config, cell) for cell in STUDY_CELLS]
+    return [study.expected_examples(config, cell) for cell in SCORED_CELLS]
 
 
 # Params that decide how a job runs, not what it writes: two studies' files are not compared on them
@@ -381,7 +390,7 @@ def refuse_another_studys_outputs():
             cell_path("scores", cell, ".jsonl"),
             *(["results/tables/summary.csv"] if json.dumps(typed, sort_keys=True) in tabulated else []),
         ]
-        for cell, typed in zip(STUDY_CELLS, cells_for_table())
+        for cell, typed in zip(SCORED_CELLS, cells_for_table())
     ]
     if refusal := gone_intermediates_refusal(chains, forced):
         raise StudyConfigError(refusal)

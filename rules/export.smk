@@ -6,7 +6,7 @@
 
 from kvcache_bench.analysis.kvpress_export import EXPORT_ROOT, plan_export
 
-KVPRESS_EXPORT, KVPRESS_LEFT_OUT = plan_export(STUDY_CELLS, config, os.getcwd())
+KVPRESS_EXPORT, KVPRESS_LEFT_OUT = plan_export(SCORED_CELLS, config, os.getcwd())
 
 
 rule kvpress_export:

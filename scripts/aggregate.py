@@ -35,6 +35,6 @@ with logging_to(job):
     per_example = per_example_frame(score_files, cells, job.params.labels)
     with atomic_path(job.output.per_example) as tmp:
         per_example.to_csv(tmp, index=False)
-    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, not_run))
+    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, not_run, job.params.predictions_only))
     for output, rows in ((job.output.summary, summary), (job.output.per_example, per_example), (job.output.markdown, summary)):
         write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(rows)})

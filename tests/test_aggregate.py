@@ -234,3 +234,12 @@ def test_a_custom_press_is_named_by_its_label_in_the_csv_and_the_markdown(tmp_pa
 
     assert set(per_example_frame(files, [cell("full_cache", 1.0), cell("value_norm", 0.5)], {"value_norm": "Value norm"})["label"]) == {
         "Full cache", "Value norm"}
+
+
+def test_cells_with_hidden_answers_are_listed_as_predictions_only(tmp_path):
+    """A ZeroSCROLLS cell has predictions and no score: the table names it rather than silently leaving it out."""
+    summary = summarize(tmp_path, [(cell("full_cache", 1.0), scores_of([1.0] * 3))])
+    target = "zero_scrolls/qasper_zs/m/snapkv/question_aware/retention-0.50_batch-1_decode-1"
+    markdown = summary_markdown(summary, predictions_only=[target])
+    assert "## Predictions only: 1 cell(s) with hidden answers" in markdown and f"- `{target}`" in markdown
+    assert "Predictions only" not in summary_markdown(summary)

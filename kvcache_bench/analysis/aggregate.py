@@ -354,11 +354,13 @@ def _sorted_by_score(rows: pd.DataFrame) -> pd.DataFrame:
     return key.drop(columns=["_score", "_catalogue", "_mode"])
 
 
-def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: list[dict] | None = None) -> str:
+def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: list[dict] | None = None,
+                     predictions_only: list[str] | None = None) -> str:
     """The table people read: warnings, then notes (what a reader should not miss), then per dataset/task/model
     one table for the full cache and one per retention, methods best first (the full cache's batch-1 rows
     heading each as the reference), then the cells the config asked for that were refused before any job
-    (``not_run``: each cell's target and why), so none is silently missing."""
+    (``not_run``: each cell's target and why) and those whose answers are hidden (``predictions_only``: their
+    targets), so none is silently missing."""
     label = labeller(summary)
     measured = "retention_off" in summary
     lines = ["# Summary", ""]
@@ -425,4 +427,11 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: lis
         ]
         lines += [f"| `{cell['target']}` | {'; '.join(cell['problems'])} |" for cell in not_run]
         lines.append("")
+    if predictions_only:
+        lines += [
+            f"## Predictions only: {len(predictions_only)} cell(s) with hidden answers", "",
+            "ZeroSCROLLS withholds its answers (its leaderboard scores submitted predictions): these cells' predictions "
+            "are written, and no score.", "",
+        ]
+        lines += [f"- `{target}`" for target in predictions_only] + [""]
     return "\n".join(lines)

@@ -27,6 +27,20 @@ including their quirks, so a number here can be set beside a published one:
   kvpress passes it); ``boxed_last`` (AIME25: the text after the last "boxed{" up to the first "}", which,
   quirk kept, is the whole prediction up to a "}" when nothing is boxed) and ``boxed_first`` (MATH500: the
   first "boxed{", none -> wrong; a nested brace, ``\boxed{\frac{1}{2}}``, cuts the answer at the first "}").
+* InfiniteBench's code and math tasks as InfiniteBench's own ``compute_scores.py`` means them. kvpress's copy of it
+  cannot score its own hub rows, whose labels are strings: ``code_run`` and ``math_calc`` compare a string with
+  an int (always 0), ``code_debug`` reads ``label[1]`` of a one-letter list (IndexError), ``math_find`` raises
+  TypeError. Here a label is read as the number it spells first (``code_run``: the last word an int equal to it;
+  ``math_find``: the first number; ``math_calc``: the share of leading values right), ``code_debug`` takes the
+  letter (kvpress's rows) or [function, letter] (InfiniteBench's).
+* LooGLE (``loogle/calculate_metrics.py``): ``loogle_rouge_l`` is its ROUGE-L *recall* from the ``rouge`` package
+  (``get_scores(hyps=[prediction], refs=[answer])[0]["rouge-l"]["r"]``, 0 where the package raises), kvpress's
+  rouge-l for the QA and summarisation tasks; its BLEU, METEOR (NLTK's WordNet, downloaded) and BERTScore (a BERT
+  model from the hub) are not computed. ``loogle_cloze_exact`` (shortdep_cloze): the share of the answer's masks
+  whose entity the prediction's dict gives exactly, read with ``ast.literal_eval`` where kvpress calls ``eval``
+  (a prediction that is no literal dict scores 0, as there). kvpress pools masks over the task (sum over sum);
+  this is each example's share, the same mean when every example has as many masks.
+* ZeroSCROLLS has no metric: its answers are hidden (``ANSWERS_HIDDEN``); kvpress's scorer returns ``{}``.
 
 LongBench takes the best score over an example's references (``max`` starting from 0); RULER's
 ``string_match_all`` is the one metric that averages over them instead.
@@ -34,12 +48,15 @@ LongBench takes the best score over an example's references (``max`` starting fr
 
 from __future__ import annotations
 
+import ast
 import re
 import string
 import warnings
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from kvcache_bench.study.prompts import ANSWERS_HIDDEN  # ZeroSCROLLS: predictions, and no score
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
@@ -223,6 +240,99 @@ def infinitebench_choice(prediction: str, references: list[str], **_) -> float:
     return float(word in references) if word is not None else 0.0
 
 
+def _number(label: str) -> int | float | None:
+    """The number a label spells (InfiniteBench's labels are typed; kvpress's hub rows hold them as strings)."""
+    text = str(label).strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return None
+
+
+def infinitebench_code_run(prediction: str, references: list[str], **_) -> float:
+    """code_run: the prediction's last word is an int equal to the label."""
+    for separator in ["\n", ".", "`", "'", '"', ":"]:
+        prediction = prediction.strip().replace(separator, " ")
+    words = prediction.split()
+    try:
+        return float(bool(words) and int(words[-1]) == _number(references[0]))
+    except ValueError:
+        return 0.0
+
+
+def infinitebench_code_debug(prediction: str, references: list[str], **_) -> float:
+    """code_debug, InfiniteBench's order of tests: the last lone A-J, the prediction opening with the letter or the
+    function's name, then the text after an answer phrase."""
+    letter, function = references[-1], (references[0] if len(references) > 1 else None)
+    prediction = prediction.strip()
+    match = re.search(r"\b[A-J]\b(?!.*\b[A-J]\b)", prediction)
+    if match and match.group(0) == letter:
+        return 1.0
+    for separator in ["\n", "`", "'", '"', "-", "*", "Option", "option"]:
+        prediction = prediction.replace(separator, " ")
+    while "  " in prediction:
+        prediction = prediction.replace("  ", " ")
+    openings = [letter] + ([function] if function else [])
+    if any(prediction.startswith(opening) for opening in openings):
+        return 1.0
+    for phrase in ("answer is:", "is:", "answer:", "correct option is:"):
+        at = prediction.find(phrase)
+        if at == -1:
+            continue
+        after = prediction[at + len(phrase) + 1 :]
+        return float(len(prediction) >= at + len(phrase) + 1 and any(after.startswith(o) for o in openings))
+    return 0.0
+
+
+def infinitebench_math_find(prediction: str, references: list[str], **_) -> float:
+    """math_find: the prediction's first number equals the label (as an int for an int label)."""
+    label = _number(references[0])
+    found = re.search(r"\d+\.\d+|\d+", prediction)
+    if found is None or label is None:
+        return 0.0
+    return float((int(float(found.group(0))) if isinstance(label, int) else float(found.group(0))) == label)
+
+
+def infinitebench_math_calc(prediction: str, references: list[str], **_) -> float:
+    """math_calc: the share of the expected values the prediction's integers give in order, up to the first wrong one."""
+    labels = [_number(label) for label in references]
+    predicted = [int(item) for item in re.split("[^0-9]", prediction) if item != ""]
+    right = 0
+    for label, value in zip(labels, predicted):
+        if label != value:
+            break
+        right += 1
+    return right / len(labels)
+
+
+def loogle_rouge_l(prediction: str, reference: str, **_) -> float:
+    """LooGLE's ROUGE-L recall as kvpress computes it; 0 where the rouge package raises (an empty side)."""
+    from rouge import Rouge
+
+    try:
+        return Rouge().get_scores(hyps=[prediction], refs=[reference])[0]["rouge-l"]["r"]
+    except (ValueError, RecursionError, KeyError):
+        return 0.0
+
+
+def _literal_dict(text: str) -> dict | None:
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def loogle_cloze_exact(prediction: str, reference: str, **_) -> float:
+    """LooGLE's cloze: the share of the answer's masks whose entity the predicted dict gives exactly."""
+    answer, predicted = _literal_dict(reference), _literal_dict(prediction)
+    if not answer or predicted is None:
+        return 0.0
+    return sum(predicted.get(mask) == entity for mask, entity in answer.items()) / len(answer)
+
+
 @dataclass(frozen=True)
 class Metric:
     name: str
@@ -252,6 +362,12 @@ METRICS: dict[str, Metric] = {
         Metric("infinitebench_qa_f1", infinitebench_qa_f1, "all"),
         Metric("infinitebench_dialogue", infinitebench_dialogue, "all"),
         Metric("infinitebench_choice", infinitebench_choice, "all"),
+        Metric("infinitebench_code_run", infinitebench_code_run, "all"),
+        Metric("infinitebench_code_debug", infinitebench_code_debug, "all"),
+        Metric("infinitebench_math_find", infinitebench_math_find, "all"),
+        Metric("infinitebench_math_calc", infinitebench_math_calc, "all"),
+        Metric("loogle_rouge_l", loogle_rouge_l, "max"),
+        Metric("loogle_cloze_exact", loogle_cloze_exact, "max"),
     )
 }
 
@@ -299,9 +415,18 @@ KVPRESS_LAYOUT_TASK_METRICS = {
     "longbook_qa_eng": "infinitebench_qa_f1",
     "longdialogue_qa_eng": "infinitebench_dialogue",
     "longbook_choice_eng": "infinitebench_choice",
+    "code_run": "infinitebench_code_run",
+    "code_debug": "infinitebench_code_debug",
+    "math_find": "infinitebench_math_find",
+    "math_calc": "infinitebench_math_calc",
+    "shortdep_qa": "loogle_rouge_l",
+    "longdep_qa": "loogle_rouge_l",
+    "longdep_summarization": "loogle_rouge_l",
+    "shortdep_cloze": "loogle_cloze_exact",
     "aime25": "boxed_last",
     "math500": "boxed_first",
 }
+
 TASK_METRICS = {
     **LONGBENCH_TASK_METRICS, **RULER_TASK_METRICS, **NEEDLE_TASK_METRICS, **KVPRESS_LAYOUT_TASK_METRICS,
     "synthetic_qa": "qa_f1",
@@ -313,6 +438,8 @@ FIRST_LINE_TASKS = frozenset({"trec", "triviaqa", "samsum", "lsht", "trec_e", "t
 
 
 def metric_for(task: str) -> Metric:
+    if task in ANSWERS_HIDDEN:
+        raise ValueError(f"{task} has no score: ZeroSCROLLS hides its answers (its leaderboard scores predictions)")
     try:
         return METRICS[TASK_METRICS[task]]
     except KeyError:

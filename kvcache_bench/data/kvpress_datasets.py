@@ -12,9 +12,14 @@ Sources (one per benchmark, all read here: they share kvpress's layout):
 * ``longbench_e``: LongBench-e (``Xnhyacinth/LongBench``, data_dir ``<task>_e``), 13 tasks; the rows'
   ``length`` (LongBench's word count) puts each example in kvpress's buckets 0-4k, 4-8k, 8k+.
 * ``longbench_v2``: LongBench-v2 (``simonjegou/LongBench-v2``, data_dir ``0shot``), multiple choice.
-* ``infinitebench``: InfiniteBench (``MaxJeblick/InfiniteBench``, data_dir the task), the six English tasks
-  whose references are text (passkey, kv_retrieval, number_string, longbook_qa_eng, longbook_choice_eng,
-  longdialogue_qa_eng).
+* ``infinitebench``: InfiniteBench (``MaxJeblick/InfiniteBench``, data_dir the task), its ten English tasks
+  (passkey, kv_retrieval, number_string, longbook_qa_eng, longbook_choice_eng, longdialogue_qa_eng, code_run,
+  code_debug, math_find, math_calc; not longbook_sum_eng, which kvpress's scorer refuses).
+* ``loogle``: LooGLE (``simonjegou/loogle``, data_dir the task): shortdep_qa, longdep_qa, shortdep_cloze,
+  longdep_summarization.
+* ``zero_scrolls``: ZeroSCROLLS (``simonjegou/zero_scrolls``, one split, the rows' ``task`` column): its ten
+  tasks, named ``<task>_zs`` here (gov_report, qasper, qmsum and musique are LongBench's names too). Its answers
+  are hidden (the references are empty): the study writes predictions, and no score.
 * ``aime25``, ``math500``: ``alessiodevoto/aime25`` and ``alessiodevoto/math500``, answers in ``\\boxed{}``.
 
 ``local_path`` is a copy: a .parquet/.jsonl file, or a folder with ``<task>.parquet``, ``<task>.jsonl`` or
@@ -34,7 +39,15 @@ LONGBENCH_E_BASES = (
     "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
     "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
 )
-INFINITEBENCH_TASKS = ("passkey", "kv_retrieval", "number_string", "longbook_qa_eng", "longbook_choice_eng", "longdialogue_qa_eng")
+INFINITEBENCH_TASKS = (
+    "passkey", "kv_retrieval", "number_string", "longbook_qa_eng", "longbook_choice_eng", "longdialogue_qa_eng",
+    "code_run", "code_debug", "math_find", "math_calc",
+)
+LOOGLE_TASKS = ("shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization")
+ZERO_SCROLLS_TASKS = (
+    "gov_report", "summ_screen_fd", "qmsum", "qasper", "narrative_qa", "quality", "musique", "squality", "space_digest",
+    "book_sum_sort",
+)
 
 
 @dataclass(frozen=True)
@@ -42,13 +55,20 @@ class Benchmark:
     hub_id: str
     data_dirs: dict  # task -> the hub dataset's data_dir holding it (None: the whole dataset)
     references: str = "answer"
-    task_column: bool = False  # rows of several tasks share the files and the task column tells them apart
+    # rows of several tasks share the files and the rows' task column tells them apart: task -> its value there
+    row_tasks: dict | None = None
+    answers_hidden: bool = False  # the references are withheld (a leaderboard scores them): predictions only
 
 
 BENCHMARKS = {
     "longbench_e": Benchmark("Xnhyacinth/LongBench", {f"{t}_e": f"{t}_e" for t in LONGBENCH_E_BASES}, references="answers"),
     "longbench_v2": Benchmark("simonjegou/LongBench-v2", {"longbench_v2": "0shot"}),
     "infinitebench": Benchmark("MaxJeblick/InfiniteBench", {t: t for t in INFINITEBENCH_TASKS}),
+    "loogle": Benchmark("simonjegou/loogle", {t: t for t in LOOGLE_TASKS}),
+    "zero_scrolls": Benchmark(
+        "simonjegou/zero_scrolls", {f"{t}_zs": None for t in ZERO_SCROLLS_TASKS},
+        row_tasks={f"{t}_zs": t for t in ZERO_SCROLLS_TASKS}, answers_hidden=True,
+    ),
     "aime25": Benchmark("alessiodevoto/aime25", {"aime25": None}),
     "math500": Benchmark("alessiodevoto/math500", {"math500": None}),
 }
@@ -94,13 +114,15 @@ def load_kvpress_rows(
         records = [{**row, ROW_SOURCE: f"{hub_id} ({data_dir or 'all'}), row {i}"} for i, row in enumerate(loaded, start=1)]
     rows, other_lengths = [], set()
     for index, record in enumerate(records):
-        if benchmark.task_column and record.get("task") not in (task, None):
+        if benchmark.row_tasks and record.get("task") not in (benchmark.row_tasks[task], None):
             continue
         missing = [c for c in (*LAYOUT_COLUMNS, benchmark.references) if c not in record]
         if missing:
             raise DataRowError(f"{record.get(ROW_SOURCE)}: lacks kvpress's columns {missing} (has {sorted(k for k in record if k != ROW_SOURCE)})")
         references = record[benchmark.references]
         references = [references] if isinstance(references, (str, int, float)) else list(references)
+        if benchmark.answers_hidden:
+            references = []  # kvpress stores "" for each: nothing to score against
         row = {
             "input": record["question"] or "", "context": record["context"], "answers": [str(r) for r in references],
             "answer_prefix": record["answer_prefix"] or "", "dataset": task, "language": "en",

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from kvcache_bench.io import JsonlError, numbered_jsonl, sha256_of
+from kvcache_bench.study.prompts import ANSWERS_HIDDEN
 from kvcache_bench.study.question_modes import contexts_with_several_questions, questions_by_context
 from kvcache_bench.study.sources import DatasetUnavailableError, local_data_files, local_ruler_files
 
@@ -188,6 +189,8 @@ def row_problems(row: dict, task: str) -> list[str]:
     answers = row.get("answers")
     if "answers" not in row:
         problems.append("field 'answers' (the references the prediction is scored against) is missing")
+    elif task in ANSWERS_HIDDEN and answers == []:
+        pass  # ZeroSCROLLS: the benchmark withholds its answers; the cell writes predictions and no score
     elif not (_is_text(answers) or (isinstance(answers, list) and all(isinstance(a, str) for a in answers) and any(map(_is_text, answers)))):
         problems.append(f"field 'answers' must be a non-empty reference text or list of texts, got {answers!r:.80}")
     length = row.get("length")

@@ -131,7 +131,8 @@ NEEDLE_PROMPTS = {NEEDLE_TASK: "{context}{input}"}
 
 # kvpress's other datasets in kvpress's layout (kvcache_bench/data/kvpress_datasets.py): the same join. Generation
 # lengths are kvpress's (its create_huggingface_dataset.py scripts: LongBench's + 20 for LongBench-e, 16 for
-# LongBench-v2, InfiniteBench's table); AIME25's and MATH500's live only in kvpress's hub rows, so 4096 here.
+# LongBench-v2, InfiniteBench's table, LooGLE's, ZeroSCROLLS'); AIME25's and MATH500's live only in kvpress's hub
+# rows, so 4096 here.
 KVPRESS_LAYOUT_MAX_NEW_TOKENS = {
     **{f"{task}_e": LONGBENCH_MAX_NEW_TOKENS[task] + 20 for task in (
         "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
@@ -139,10 +140,18 @@ KVPRESS_LAYOUT_MAX_NEW_TOKENS = {
     )},
     "longbench_v2": 16,
     "passkey": 6, "kv_retrieval": 50, "number_string": 12, "longbook_qa_eng": 40, "longbook_choice_eng": 40,
-    "longdialogue_qa_eng": 40,
+    "longdialogue_qa_eng": 40, "code_run": 5, "code_debug": 5, "math_find": 3, "math_calc": 30000,
+    # LooGLE's task2maxlen.json and ZeroSCROLLS' lengths, as kvpress's create_huggingface_dataset.py scripts store them
+    "shortdep_qa": 300, "longdep_qa": 500, "longdep_summarization": 500, "shortdep_cloze": 50,
+    **{f"{task}_zs": tokens for task, tokens in (
+        ("gov_report", 1024), ("summ_screen_fd", 512), ("qmsum", 512), ("qasper", 128), ("narrative_qa", 64),
+        ("quality", 10), ("musique", 32), ("squality", 512), ("space_digest", 36), ("book_sum_sort", 256),
+    )},
     "aime25": 4096, "math500": 4096,
 }
 KVPRESS_LAYOUT_PROMPTS = {task: "{context}{input}" for task in KVPRESS_LAYOUT_MAX_NEW_TOKENS}
+# ZeroSCROLLS withholds its answers (its leaderboard scores predictions): rows without references, no metric
+ANSWERS_HIDDEN = frozenset(task for task in KVPRESS_LAYOUT_MAX_NEW_TOKENS if task.endswith("_zs"))
 
 # The offline demo's synthetic task: a qasper-style instruction over a synthetic document.
 SYNTHETIC_PROMPTS = {
