@@ -4,13 +4,14 @@ between the batching harness at batch 1 and on left-padded batches."""
 import pytest
 import torch
 
-from kvcache_bench.engine.loading import load_model, load_tokenizer
+from kvcache_bench.engine.loading import ModelSettings, load_model, load_tokenizer
 from kvcache_bench.runtime.probes import (
     attention_on_first_position,
     attention_sink_report,
     interleave_by_length,
     padding_effect,
 )
+from kvcache_bench.study.cell import CellRun
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 from tests.test_kvpress_parity import ANSWER_PREFIX, QUESTION, haystack
 
@@ -50,10 +51,13 @@ def test_left_padding_changes_compressed_answers_and_nothing_else(smollm2_eager)
     model, tokenizer = smollm2_eager
     rows = interleave_by_length([needle_rows([2, 3]), needle_rows([9, 10])])
     assert [r["_id"] for r in rows] == ["row-2", "row-9", "row-3", "row-10"]
-    kwargs = dict(task="niah_single_1", batch_size=4, max_new_tokens=6, max_context_tokens=100_000)
-    full = padding_effect(model, tokenizer, rows, method="full_cache", retention=1.0, **kwargs)
+    def run(method: str, retention: float) -> CellRun:
+        return CellRun(task="niah_single_1", model_settings=ModelSettings("smollm2", max_context_tokens=100_000), method=method,
+                       retention=retention, question_mode="question_aware", max_new_tokens=6, seed=0, batch_size=4)
+
+    full = padding_effect(model, tokenizer, rows, run("full_cache", 1.0))
     assert max(full["pad_tokens_per_row"]) > 100 and full["changed_answers"] == 0  # padding alone moves nothing
-    streaming = padding_effect(model, tokenizer, rows, method="streaming_llm", retention=0.5, **kwargs)
+    streaming = padding_effect(model, tokenizer, rows, run("streaming_llm", 0.5))
     assert streaming["changed_answers"] >= 1  # its kept "sink" positions are the pads of the short rows
     layers = model.config.num_hidden_layers
     # the full cache keeps every pad in every layer; the longest row has none

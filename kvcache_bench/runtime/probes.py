@@ -22,7 +22,9 @@ from kvcache_bench.engine.loading import stop_token_ids
 from kvcache_bench.engine.prefill import press_context
 from kvcache_bench.engine.single_decode import left_padded_batch, padded_batch_answers
 from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 
 @torch.inference_mode()
@@ -71,11 +73,12 @@ def write_padding_report(job, loaded, data: dict, worker: dict | None = None) ->
 
     p = settings_of(job)
     rows = interleave_by_length([read_jsonl(path)[: p.examples_per_dataset] for path in job.input.rows])
-    report = padding_effect(
-        loaded.model, loaded.tokenizer, rows, task=p.task, method=p.method, retention=p.retention, batch_size=p.batch_size,
-        max_new_tokens=p.max_new_tokens, max_context_tokens=p.model_settings["max_context_tokens"],
-        method_kwargs=p.method_kwargs, seed=p.seed,
+    run = CellRun(
+        task=p.task, model_settings=loaded.settings, method=p.method, retention=p.retention,
+        question_mode=QuestionMode.QUESTION_AWARE.value, max_new_tokens=p.max_new_tokens, seed=p.seed,
+        batch_size=p.batch_size, method_kwargs=p.method_kwargs,
     )
+    report = padding_effect(loaded.model, loaded.tokenizer, rows, run)
     write_json_atomic(job.output.report, report)
     extra = {"examples": len(rows), "data_sha256": {path: manifest["content"]["sha256"] for path, manifest in data.items()}}
     write_manifest(job.output.report, params_of(job), p.seed, extra={**extra, **({"worker": worker} if worker else {})})
@@ -92,21 +95,12 @@ def interleave_by_length(rows_by_source: list[list[dict]]) -> list[dict]:
     return mixed
 
 
-def padding_effect(
-    model,
-    tokenizer,
-    rows: list[dict],
-    *,
-    task: str,
-    method: str,
-    retention: float,
-    batch_size: int,
-    max_new_tokens: int,
-    max_context_tokens: int,
-    method_kwargs: dict | None = None,
-    seed: int = 0,
-) -> dict:
-    """Answers of the batching harness at batch 1 and on left-padded batches of ``batch_size``."""
+def padding_effect(model, tokenizer, rows: list[dict], run: CellRun) -> dict:
+    """Answers of the batching harness at batch 1 and on left-padded batches of ``run.batch_size`` (the press of
+    ``run.method`` at ``run.retention``, question-aware: the question in the padded prompt, as kvpress batched it)."""
+    task, method, retention, batch_size = run.task, run.method, run.retention, run.batch_size
+    max_new_tokens, method_kwargs, seed = run.max_new_tokens, run.method_kwargs, run.seed
+    max_context_tokens = run.model_settings.max_context_tokens
     prompts = [
         build_prompt_tokens(tokenizer, task, r["context"], r["input"], max_context_tokens, r.get("answer_prefix") or "")
         for r in rows
