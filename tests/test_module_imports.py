@@ -48,10 +48,14 @@ def test_no_module_imports_one_that_imports_it_back():
 def test_engine_modules_sit_in_the_documented_order():
     # loading and caches need nothing of the package; prefill builds on them; single_decode on prefill;
     # batched_decode on single_decode; the cell runner on everything: one home per concern.
-    order = ["loading", "caches", "prefill", "single_decode", "batched_decode", "cell_runner"]
+    # The decoders (one file per strategy, engine/decoders/) sit between the decode functions and the cell runner.
+    order = ["loading", "caches", "prefill", "single_decode", "batched_decode", "decoders", "cell_runner"]
     for index, module in enumerate(order):
         later = {f"engine.{name}" for name in order[index:]}
-        assert not imported_modules(PACKAGE / "engine" / f"{module}.py") & later, f"{module} imports a module after it"
+        files = sorted((PACKAGE / "engine" / module).glob("*.py")) if module == "decoders" else [PACKAGE / "engine" / f"{module}.py"]
+        for file in files:
+            imported = {name.split(".decoders.")[0] + ".decoders" if ".decoders." in name else name for name in imported_modules(file)}
+            assert not imported & (later - ({"engine.decoders"} if module == "decoders" else set())), f"{file.name} imports a module after it"
 
 
 def test_stages_depend_downwards_only():

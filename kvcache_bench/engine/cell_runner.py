@@ -6,28 +6,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 
 import torch
 
-from kvcache_bench.engine.batched_decode import (
-    DecodePath,
-    decode_mode,
-    generate_prefill_one_decode_many,
-    generate_shared_contexts_together,
-)
+from kvcache_bench.engine.batched_decode import DecodePath, decode_mode
 from kvcache_bench.engine.caches import kv_bytes_per_token
+from kvcache_bench.engine.decoders import DECODERS, Strategy, shared_context_groups
+from kvcache_bench.engine.decoders.press_while_decoding import WHILE_DECODING_FALLBACK  # noqa: F401  (named by tests and docs)
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
-from kvcache_bench.engine.other_question import OtherQuestionGroup, generate_other_question
-from kvcache_bench.engine.single_decode import (
-    Generation,
-    decode_answer,
-    generate_one,
-    generate_one_pressing_while_decoding,
-    generate_padded_batch,
-    generate_shared_context,
-    presses_while_decoding,
-)
+from kvcache_bench.engine.single_decode import Generation, decode_answer, presses_while_decoding
 from kvcache_bench.methods.registry import (
     attention_implementation_for,
     build_press,
@@ -57,35 +44,8 @@ SECONDS_COVER = (
 )
 
 
-def shared_context_groups(prompts: list[PromptTokens], others: list[list[int]] | None = None) -> list[list[int]]:
-    """Indices of prompts whose press input is identical (their context, and in the other-question mode the
-    other question's tokens ``others``), in order of first appearance: each group is compressed once."""
-    groups: dict[tuple, list[int]] = {}
-    for index, prompt in enumerate(prompts):
-        other = tuple(others[index]) if others is not None else ()
-        groups.setdefault((tuple(prompt.context_ids), other), []).append(index)
-    return list(groups.values())
-
-
-class Strategy(Enum):
-    """How a cell's examples are prefilled and decoded; fixed per cell by ``choose_strategy``."""
-
-    ONE_BY_ONE = "one_by_one"  # each example prefilled, compressed and decoded alone
-    SHARED_CONTEXT = "shared_context"  # a context compressed once, each of its questions decoded alone from it
-    PADDED_BATCH = "padded_batch"  # left-padded prompts prefilled and decoded together (methods that keep every token)
-    DECODE_MANY = "decode_many"  # each example prefilled alone, their compressed caches decoded together
-    SHARED_CONTEXTS_TOGETHER = "shared_contexts_together"  # contexts compressed once, all their questions decoded together
-    OTHER_QUESTION = "other_question"  # context + a question compressed once, its slots removed, questions decoded (other_question, same_question)
-    PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
-
-
 # strategies whose decode steps run through batched_decode.decode_together (static buffers, CUDA graphs on a GPU)
 DECODED_TOGETHER = (Strategy.DECODE_MANY, Strategy.SHARED_CONTEXTS_TOGETHER, Strategy.OTHER_QUESTION)
-
-WHILE_DECODING_FALLBACK = (
-    "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: decoded at batch 1"
-)
-
 
 def choose_strategy(
     mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool, press_while_decoding: bool = False,
@@ -155,66 +115,7 @@ class CellGenerator:
 
         ``others``: in the other-question mode, the tokens of each prompt's other question the press sees.
         """
-        batch_one = DecodePath(self.decode_batch_size, 1, self.decode_fallback if self.decode_batch_size > 1 else None)
-        common = dict(min_new_tokens=self.min_new_tokens)
-        match self.strategy:
-            case Strategy.OTHER_QUESTION:
-                groups = shared_context_groups(prompts, others)
-                generations, path = generate_other_question(
-                    self.model,
-                    [OtherQuestionGroup(prompts[g[0]].context_ids, others[g[0]], [prompts[i].question_ids for i in g]) for g in groups],
-                    self.press, self.max_new_tokens, self.stop_ids, self.decode_batch_size, make_cache=self.make_cache, **common,
-                )
-                by_index = dict(zip([i for group in groups for i in group], generations))
-                return [by_index[i] for i in range(len(prompts))], path
-            case Strategy.DECODE_MANY:
-                return generate_prefill_one_decode_many(
-                    self.model, prompts, self.press, self.mode, self.max_new_tokens, self.stop_ids, self.decode_batch_size,
-                    make_cache=self.make_cache, **common,
-                )
-            case Strategy.SHARED_CONTEXTS_TOGETHER:
-                groups = shared_context_groups(prompts)
-                generations, path = generate_shared_contexts_together(
-                    self.model, [[prompts[i] for i in group] for group in groups], self.press, self.max_new_tokens,
-                    self.stop_ids, self.decode_batch_size, **common,
-                )
-                by_index = dict(zip([i for group in groups for i in group], generations))
-                return [by_index[i] for i in range(len(prompts))], path
-            case Strategy.PADDED_BATCH:
-                return generate_padded_batch(
-                    self.model, prompts, self.press, self.pad_token_id, self.max_new_tokens, self.stop_ids, make_cache=self.make_cache
-                ), batch_one
-            case Strategy.SHARED_CONTEXT if len(prompts) == 1:
-                return [self._alone(prompts[0])], DecodePath(self.decode_batch_size, 1, self._shared_context_fallback())
-            case Strategy.SHARED_CONTEXT:
-                generations = generate_shared_context(
-                    self.model, prompts[0].context_ids, [p.question_ids for p in prompts], self.press, self.max_new_tokens,
-                    self.stop_ids, make_cache=self.make_cache, **common,
-                )
-                return generations, DecodePath(self.decode_batch_size, 1, self._shared_context_fallback())
-            case Strategy.ONE_BY_ONE:
-                return [self._alone(prompt) for prompt in prompts], batch_one
-            case Strategy.PRESS_WHILE_DECODING:
-                generations = [
-                    generate_one_pressing_while_decoding(
-                        self.model, prompt, self.press, self.mode, self.max_new_tokens, self.stop_ids, make_cache=self.make_cache, **common
-                    )
-                    for prompt in prompts
-                ]
-                return generations, DecodePath(self.decode_batch_size, 1, WHILE_DECODING_FALLBACK if self.decode_batch_size > 1 else None)
-        raise ValueError(f"no generator for strategy {self.strategy}")
-
-    def _shared_context_fallback(self) -> str | None:
-        """Decode batching was asked for, but these caches cannot be stacked with others."""
-        if self.decode_batch_size <= 1:
-            return None
-        return self.decode_fallback or "quantised cache: decoded at batch 1"
-
-    def _alone(self, prompt: PromptTokens) -> Generation:
-        return generate_one(
-            self.model, prompt, self.press, self.mode, self.max_new_tokens, self.stop_ids,
-            make_cache=self.make_cache, min_new_tokens=self.min_new_tokens,
-        )
+        return DECODERS[self.strategy](self, prompts, others)
 
 
 def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
