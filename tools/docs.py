@@ -158,10 +158,10 @@ def parity_table() -> str:
 
 NEEDLE_RUN = REPO / "reference/h200-smollm2-needle"
 QUESTIONS_RUN = REPO / "reference/h200-smollm2-questions"
-RULER_RUNS = [REPO / "reference/h200-smollm2-ruler-at-50", REPO / "reference/h200-smollm2-ruler-at-25"]
+RULER_RUNS = [REPO / f"reference/h200-smollm2-ruler-at-{kept}" for kept in (50, 25, 10)]
 RULER_HEAD = (
-    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`: every press at 50% and 25%, "
-    "both question modes, n = 100; `reference/h200-smollm2-ruler-at-{50,25}/`), and kvpress's needle test on Paul Graham's "
+    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`: every press at 50%, 25% and "
+    "10%, both question modes, n = 100; `reference/h200-smollm2-ruler-at-{50,25,10}/`), and kvpress's needle test on Paul Graham's "
     "essays (1k/2k/4k tokens × 5 depths, ROUGE-L; SmolLM2's full cache ends its turn at once at 1k and 2k and finds the "
     "needle at 4k, so a press can beat it). "
 )
