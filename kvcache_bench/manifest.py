@@ -12,7 +12,7 @@ import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kvcache_bench.io import count_records, sha256_of, write_json_atomic
+from kvcache_bench.files import count_records, sha256_of, write_json_atomic
 
 TRACKED_PACKAGES = (
     "torch",

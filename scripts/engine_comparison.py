@@ -5,7 +5,7 @@ import io
 import json
 from pathlib import Path
 
-from kvcache_bench.io import read_jsonl, write_text_atomic
+from kvcache_bench.files import read_jsonl, write_text_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.perf.floor import engine_rows, markdown_table
 from kvcache_bench.workflow import current_job, logging_to, params_of

@@ -4,7 +4,7 @@ import json
 import logging
 
 from kvcache_bench.analysis.kvpress_export import FILES, dump_config, export_cell, index_frame
-from kvcache_bench.io import atomic_path, read_jsonl, write_text_atomic
+from kvcache_bench.files import atomic_path, read_jsonl, write_text_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

@@ -1,7 +1,7 @@
 """Snakemake adapter: one press's needle heat maps beside the full cache's (kvcache_bench.analysis.needle_heatmap)."""
 
 from kvcache_bench.analysis.needle_heatmap import heatmap_figure, save, score_grid
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

@@ -1,6 +1,6 @@
 """Snakemake adapter: the device's copy bandwidth and matrix rate, which the hardware floor is charged at."""
 
-from kvcache_bench.io import write_json_atomic
+from kvcache_bench.files import write_json_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.rates import measure_rates
 from kvcache_bench.workflow import current_job, logging_to, params_of

@@ -1,7 +1,7 @@
 """Snakemake adapter: the padding probe's table (CSV + Markdown), one row per probed method."""
 
 from kvcache_bench.analysis.padding import padding_markdown, padding_table
-from kvcache_bench.io import atomic_path, write_text_atomic
+from kvcache_bench.files import atomic_path, write_text_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

@@ -1,6 +1,6 @@
 """Snakemake adapter: measure one (model, method, retention, context length, batch) perf cell."""
 
-from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.files import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.runs import PerfCell, PerfSettings, run_perf_job
 from kvcache_bench.runtime.gpu_job import gpu_job

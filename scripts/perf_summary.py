@@ -1,6 +1,6 @@
 """Snakemake adapter: the perf table, median over repeats per cell (refuses to mix hardware)."""
 
-from kvcache_bench.io import atomic_path, read_jsonl
+from kvcache_bench.files import atomic_path, read_jsonl
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.tables import summarize_perf
 from kvcache_bench.workflow import current_job, logging_to, params_of

@@ -1,6 +1,6 @@
 """Snakemake adapter for `snakemake plan`: print every GPU job still to run and its estimated GPU-hours."""
 
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 from kvcache_bench.perf.plan import plan_report
 from kvcache_bench.workflow import current_job, print_and_log, settings_of
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from kvcache_bench.io import read_jsonl, write_json_atomic
+from kvcache_bench.files import read_jsonl, write_json_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.runtime.gpu_job import gpu_job
 from kvcache_bench.runtime.probes import attention_sink_report

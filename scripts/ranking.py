@@ -3,7 +3,7 @@
 import pandas as pd
 
 from kvcache_bench.analysis.ranking import ranking_markdown
-from kvcache_bench.io import write_text_atomic
+from kvcache_bench.files import write_text_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

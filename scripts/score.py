@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.analysis.metrics import score_records
-from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.files import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import require_made_with, verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of, wildcards_of
 

@@ -1,7 +1,7 @@
 """Snakemake adapter: the study's generate jobs, wall time against the records' seconds plus model loads."""
 
 from kvcache_bench.analysis.sweep_cost import sweep_cost
-from kvcache_bench.io import write_json_atomic
+from kvcache_bench.files import write_json_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

@@ -18,7 +18,7 @@ import yaml
 from conftest import copy_workflow, run_snakemake
 
 from kvcache_bench.data.longbench import DataRowError, load_longbench_rows, normalise_rows
-from kvcache_bench.io import write_jsonl_atomic
+from kvcache_bench.files import write_jsonl_atomic
 from kvcache_bench.manifest import (
     ManifestMismatchError,
     config_hash,
@@ -335,7 +335,7 @@ def test_remote_code_warning_names_the_code_files(tmp_path):
 
 
 def test_a_broken_jsonl_line_is_named_by_file_and_line(tmp_path):
-    from kvcache_bench.io import JsonlError, read_jsonl
+    from kvcache_bench.files import JsonlError, read_jsonl
 
     path = tmp_path / "scores.jsonl"
     path.write_text('{"id": 1}\n{"id": 2, "sco\n')

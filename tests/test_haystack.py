@@ -19,7 +19,7 @@ from kvcache_bench.data.haystack import (
 )
 from kvcache_bench.data.longbench import load_ruler_rows, normalise_rows
 from kvcache_bench.data.packaged_models import byte_level_tokenizer_from_gguf, locate_packaged_file
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 
 NEEDLE = re.compile(r"One of the special magic words for (\w+) is: (\w+)\.")
 

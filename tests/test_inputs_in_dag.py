@@ -182,7 +182,7 @@ def test_home_is_expanded_in_every_path_of_the_config():
 def test_outputs_and_manifests_are_as_readable_as_the_umask_says(tmp_path, umask, mode):
     import os
 
-    from kvcache_bench.io import write_jsonl_atomic, write_text_atomic
+    from kvcache_bench.files import write_jsonl_atomic, write_text_atomic
     from kvcache_bench.manifest import write_manifest
 
     previous = os.umask(umask)
@@ -201,7 +201,7 @@ def test_a_concurrent_writers_temporary_is_kept_a_dead_writers_removed(tmp_path)
     import subprocess
     import sys
 
-    from kvcache_bench.io import _WRITER, write_jsonl_atomic
+    from kvcache_bench.files import _WRITER, write_jsonl_atomic
 
     host = _WRITER.rsplit("-", 1)[0]
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
@@ -424,7 +424,7 @@ def test_an_edit_in_place_reruns_exactly_the_jobs_made_from_it(tmp_path):
 
 
 def test_a_score_file_of_another_cell_is_refused_by_the_job_reading_it(tmp_path):
-    from kvcache_bench.io import write_jsonl_atomic
+    from kvcache_bench.files import write_jsonl_atomic
     from kvcache_bench.manifest import ManifestMismatchError, require_made_with, verify_against_manifest, write_manifest
 
     scores = tmp_path / "scores.jsonl"

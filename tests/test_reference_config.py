@@ -9,7 +9,7 @@ import pytest
 import yaml
 from conftest import planned_jobs, run_snakemake
 
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 
 CELLS = "results/predictions/synthetic/synthetic_qa/{model}/snapkv/question_aware/retention-0.50_batch-1_decode-{decode}.jsonl"
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from conftest import REPO, run_snakemake
 
-from kvcache_bench.io import atomic_path, read_jsonl, write_jsonl_atomic
+from kvcache_bench.files import atomic_path, read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.methods.registry import compression_ratio_for, retentions_for
 

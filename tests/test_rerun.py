@@ -45,7 +45,7 @@ def test_the_hash_changes_with_the_code_of_a_module_the_script_runs_and_only_the
 def test_comments_docstrings_and_formatting_leave_the_hash_alone(tmp_path):
     copy = _checkout_copy(tmp_path)
     before = _hashes(copy)
-    _rewrite_without_changing_code(copy / "kvcache_bench/io.py")
+    _rewrite_without_changing_code(copy / "kvcache_bench/files.py")
     _rewrite_without_changing_code(copy / "kvcache_bench/engine/single_decode.py")
     assert _hashes(copy) == before
 
@@ -87,7 +87,7 @@ def _rewrite_without_changing_code(path):
 
 
 def test_a_docstring_comment_or_formatting_edit_plans_nothing(finished_demo):
-    _rewrite_without_changing_code(finished_demo / "kvcache_bench/io.py")
+    _rewrite_without_changing_code(finished_demo / "kvcache_bench/files.py")
     _rewrite_without_changing_code(finished_demo / "kvcache_bench/engine/single_decode.py")
     result = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True)
     assert planned_jobs(result.stdout) == {}, result.stdout[-2000:]

@@ -19,7 +19,7 @@ import pytest
 
 from kvcache_bench.analysis.metrics import score_example, task_score
 from kvcache_bench.data import ruler
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 
 # Any connection attempt (hub, NLTK's downloader, tiktoken's encodings) fails loudly in every process that loads this.
 NO_NETWORK = """

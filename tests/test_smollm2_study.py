@@ -14,7 +14,7 @@ import yaml
 from conftest import copy_workflow, planned_jobs, run_snakemake
 
 from kvcache_bench.data.packaged_models import file_digests, locate_packaged_file, materialise_packaged_model
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 
 pytestmark = pytest.mark.slow
 

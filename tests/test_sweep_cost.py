@@ -6,7 +6,7 @@ import json
 from datetime import UTC, datetime
 
 from kvcache_bench.analysis.sweep_cost import sweep_cost
-from kvcache_bench.io import write_jsonl_atomic
+from kvcache_bench.files import write_jsonl_atomic
 
 
 def _cell(tmp_path, name, *, ended, job_seconds, seconds, worker):

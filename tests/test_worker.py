@@ -16,7 +16,7 @@ import pytest
 from conftest import REPO
 
 from kvcache_bench.data.synthetic import make_synthetic_rows
-from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.files import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 
 MODEL = {"path": str(REPO / "resources/canary"), "dtype": "float32", "attn_implementation": "sdpa",

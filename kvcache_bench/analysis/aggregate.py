@@ -21,7 +21,7 @@ import pandas as pd
 
 from kvcache_bench.analysis.measured import MEASURED_COLUMNS, cell_warnings, flagged_cells, measure_cell
 from kvcache_bench.analysis.versus import BASELINE_METHOD, labeller, modes_in_order
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
 
 CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size", "decode_batch_size"]

@@ -34,7 +34,7 @@ import pandas as pd
 import yaml
 
 from kvcache_bench.analysis.aggregate import retention_percent
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 from kvcache_bench.methods.registry import METHODS, compression_ratio_for
 
 NO_PRESS = "no_press"

@@ -16,7 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kvcache_bench.io import atomic_path  # noqa: E402
+from kvcache_bench.files import atomic_path  # noqa: E402
 
 
 def grid_positions(rows: list[dict]) -> tuple[list[int], list[int], dict[str, tuple[int, int]]]:

@@ -50,7 +50,7 @@ from kvcache_bench.analysis.versus import (  # noqa: E402
     modes_in_order,
     versus_methods,
 )
-from kvcache_bench.io import atomic_path  # noqa: E402
+from kvcache_bench.files import atomic_path  # noqa: E402
 from kvcache_bench.methods.catalogue import CUSTOM  # noqa: E402
 from kvcache_bench.methods.registry import METHODS  # noqa: E402
 

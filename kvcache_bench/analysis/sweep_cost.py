@@ -19,7 +19,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from kvcache_bench.io import read_jsonl
+from kvcache_bench.files import read_jsonl
 
 
 def _job_seconds(benchmark: str | Path) -> float:

@@ -47,7 +47,7 @@ from kvcache_bench.data.synthetic import (
     synthetic_vocabulary,
 )
 from kvcache_bench.engine.loading import pick_device
-from kvcache_bench.io import write_text_atomic
+from kvcache_bench.files import write_text_atomic
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def _write_log(out_dir: Path, record: dict) -> None:
 
 def _previous_run(init_from: str | Path) -> dict:
     """What an earlier run left: its log (steps done, curriculum stage) and its weights' checksum."""
-    from kvcache_bench.io import sha256_of
+    from kvcache_bench.files import sha256_of
 
     source = Path(init_from)
     logged = json.loads((source / "training_log.json").read_text())

@@ -236,7 +236,7 @@ def write_ruler_parquet(rows: list[dict], path: str | Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from kvcache_bench.io import atomic_path
+    from kvcache_bench.files import atomic_path
 
     table = pa.Table.from_pylist(rows, schema=pa.schema([
         ("context", pa.string()), ("question", pa.string()), ("answer_prefix", pa.string()),
@@ -255,7 +255,7 @@ def make_ruler_haystack_dataset(
     from transformers import AutoTokenizer
 
     from kvcache_bench.data.longbench import load_ruler_rows, normalise_rows, write_dataset
-    from kvcache_bench.io import sha256_of
+    from kvcache_bench.files import sha256_of
 
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     filler = python_docs_filler()

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from kvcache_bench.data.packaged_models import file_digests, locate_packaged_file
-from kvcache_bench.io import atomic_directory
+from kvcache_bench.files import atomic_directory
 
 LLAMA_MODELS_PACKAGE = "llama-models"
 LLAMA_MODELS_VERSION = "0.3.0"

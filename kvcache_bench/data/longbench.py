@@ -11,7 +11,7 @@ import logging
 import os
 from pathlib import Path
 
-from kvcache_bench.io import JsonlError, numbered_jsonl, sha256_of
+from kvcache_bench.files import JsonlError, numbered_jsonl, sha256_of
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN
 from kvcache_bench.study.question_modes import contexts_with_several_questions, questions_by_context
 from kvcache_bench.study.sources import DatasetUnavailableError, local_data_files, local_ruler_files
@@ -263,7 +263,7 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
 
 def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None, extra: dict | None = None) -> dict:
     """Write rows as JSONL (atomically) and the manifest with row count and sha256 (and ``extra``) beside it."""
-    from kvcache_bench.io import write_jsonl_atomic
+    from kvcache_bench.files import write_jsonl_atomic
     from kvcache_bench.manifest import write_manifest
 
     count = write_jsonl_atomic(out_path, rows)

@@ -96,7 +96,7 @@ def make_needle_dataset(
     from transformers import AutoTokenizer
 
     from kvcache_bench.data.longbench import normalise_rows, write_dataset
-    from kvcache_bench.io import sha256_of
+    from kvcache_bench.files import sha256_of
 
     if local_path:
         haystack, settings, source = kvpress_copy(local_path)

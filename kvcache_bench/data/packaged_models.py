@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvcache_bench.io import atomic_directory, sha256_of
+from kvcache_bench.files import atomic_directory, sha256_of
 
 INSTALL_HELP = (
     "install it without its dependencies (the GGUF file is all this project reads):\n"

@@ -326,7 +326,7 @@ def make_ruler_dataset(
     project's RULER loader into LongBench's schema: the rows take exactly the path downloaded RULER takes."""
     from kvcache_bench.data.haystack import write_ruler_parquet
     from kvcache_bench.data.longbench import load_ruler_rows, normalise_rows, write_dataset
-    from kvcache_bench.io import sha256_of
+    from kvcache_bench.files import sha256_of
 
     generated, facts = generate_ruler_task(
         task_name, tokenizer_dir=str(tokenizer_dir), max_seq_length=max_seq_length, num_examples=num_examples,

@@ -15,7 +15,7 @@ from pathlib import Path
 from kvcache_bench.data.llama3_tokenizer import stop_token_ids
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE
 from kvcache_bench.data.packaged_models import file_digests
-from kvcache_bench.io import atomic_directory
+from kvcache_bench.files import atomic_directory
 
 SHAPES = {
     "llama-3.1-8b": LLAMA_31_8B_SHAPE,

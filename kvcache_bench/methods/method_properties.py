@@ -225,7 +225,7 @@ def _padded_row_pad_share(model, prompt, press) -> float | None:
 
 def run_check_job(job) -> None:
     """The check_method rule's job: one method's properties and their manifest."""
-    from kvcache_bench.io import write_json_atomic
+    from kvcache_bench.files import write_json_atomic
     from kvcache_bench.manifest import write_manifest
     from kvcache_bench.workflow import logging_to, params_of, settings_of
 

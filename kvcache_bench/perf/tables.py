@@ -119,7 +119,7 @@ def markdown_table(summary) -> str:
 
 
 def _main(argv: list[str] | None = None) -> int:
-    from kvcache_bench.io import read_jsonl
+    from kvcache_bench.files import read_jsonl
 
     parser = argparse.ArgumentParser(prog="python -m kvcache_bench.perf.tables", description=__doc__.split("\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
 from kvcache_bench.engine.cell_runner import run_cell
 from kvcache_bench.engine.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
-from kvcache_bench.io import read_jsonl, write_jsonl_atomic
+from kvcache_bench.files import read_jsonl, write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.runtime.gpu_job import gpu_job
 from kvcache_bench.study.cell import CellRun

@@ -14,7 +14,7 @@ import json
 import logging
 from pathlib import Path
 
-from kvcache_bench.io import write_jsonl_atomic
+from kvcache_bench.files import write_jsonl_atomic
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import logging_to, params_of, settings_of
 

@@ -67,7 +67,7 @@ def attention_sink_report(model, tokenizer, rows: list[dict], task: str, max_con
 def write_padding_report(job, loaded, data: dict, worker: dict | None = None) -> None:
     """The probe_padding rule's job on ``loaded`` (loaded here, or by a model worker: ``worker`` says which):
     the press at batch 1 and on left-padded batches, its report and manifest."""
-    from kvcache_bench.io import read_jsonl, write_json_atomic
+    from kvcache_bench.files import read_jsonl, write_json_atomic
     from kvcache_bench.manifest import write_manifest
     from kvcache_bench.workflow import params_of, settings_of
 

@@ -18,7 +18,7 @@ import socket
 from collections.abc import Iterable
 from pathlib import Path
 
-from kvcache_bench.io import write_json_atomic
+from kvcache_bench.files import write_json_atomic
 from kvcache_bench.manifest import forcerun_remedy, settings_differences
 
 RUN_CLAIM = ".kvcache-bench-run.json"

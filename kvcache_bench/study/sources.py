@@ -106,7 +106,7 @@ def content_of(paths: list[str]) -> dict[str, str]:
     content = {str(path): file_sha256(path) for path in sorted(paths)}
     if _hash_cache() != before:  # something was hashed now: kept for the next parse
         try:
-            from kvcache_bench.io import write_json_atomic
+            from kvcache_bench.files import write_json_atomic
 
             HASH_CACHE.parent.mkdir(parents=True, exist_ok=True)
             write_json_atomic(HASH_CACHE, _hash_cache())
