@@ -128,13 +128,17 @@ def numbered_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, object]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                raise JsonlError(f"{path}, line {number}: not UTF-8 text (byte {error.start + 1} of the line)") from None
+                raise JsonlError(
+                    f"{path}, line {number}: not UTF-8 text (byte {error.start + 1} of the line)"
+                ) from None
             if not line.strip():
                 continue
             try:
                 yield number, json.loads(line)
             except json.JSONDecodeError as error:
-                raise JsonlError(f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})") from None
+                raise JsonlError(
+                    f"{path}, line {number}: not valid JSON ({error.msg} at column {error.colno})"
+                ) from None
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict]:

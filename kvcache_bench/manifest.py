@@ -38,7 +38,9 @@ SECRET_KEY_PATTERN = re.compile(
     r"|secret|password|api_?key|credential",
     re.IGNORECASE,
 )
-NOT_SECRET_KEYS = frozenset({"pad_token", "bos_token", "eos_token", "unk_token", "sep_token", "cls_token", "mask_token"})
+NOT_SECRET_KEYS = frozenset(
+    {"pad_token", "bos_token", "eos_token", "unk_token", "sep_token", "cls_token", "mask_token"}
+)
 SECRET_VALUE_PATTERN = re.compile(
     r"\bhf_[A-Za-z0-9]{20,}"  # Hugging Face
     r"|\bgh[pousr]_[A-Za-z0-9]{20,}|\bgithub_pat_[A-Za-z0-9_]{20,}"  # GitHub
@@ -192,13 +194,16 @@ def verify_against_manifest(path: str | os.PathLike) -> dict:
     manifest_path = manifest_path_for(path)
     remedy = forcerun_remedy([path])
     if not manifest_path.exists():
-        raise ManifestMismatchError(f"{path} has no manifest ({manifest_path}), so nothing proves how it was made. {remedy}")
+        raise ManifestMismatchError(
+            f"{path} has no manifest ({manifest_path}), so nothing proves how it was made. {remedy}"
+        )
     manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
     expected = manifest.get("content")
     if not expected:
         raise ManifestMismatchError(f"{path}: its manifest records no checksum (written by an older version). {remedy}")
     found = content_facts(path)
     if found != expected:
+
         def describe(facts):
             records = f"{facts['records']} records, " if "records" in facts else ""
             return f"{records}sha256 {facts['sha256'][:12]}"

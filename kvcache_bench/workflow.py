@@ -71,7 +71,11 @@ def job_from_argv(argv: list[str] | None = None) -> ScriptJob:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     return ScriptJob(
-        _pairs(args.input), _pairs(args.output), json.loads(args.params), [args.log], args.threads,
+        _pairs(args.input),
+        _pairs(args.output),
+        json.loads(args.params),
+        [args.log],
+        args.threads,
         json.loads(args.wildcards),
     )
 

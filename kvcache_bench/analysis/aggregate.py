@@ -28,8 +28,21 @@ CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retentio
 GROUP_COLUMNS = ["dataset", "task", "model", "question_mode"]
 BASELINE_BATCH_SIZE = 1
 SUMMARY_COLUMNS = CELL_COLUMNS + [
-    "label", "metric", "n", "expected_n", "incomplete", "small_n", "score", "ci_low", "ci_high",
-    "n_paired", "full_cache_score", "diff_vs_full", "diff_ci_low", "diff_ci_high", *MEASURED_COLUMNS,
+    "label",
+    "metric",
+    "n",
+    "expected_n",
+    "incomplete",
+    "small_n",
+    "score",
+    "ci_low",
+    "ci_high",
+    "n_paired",
+    "full_cache_score",
+    "diff_vs_full",
+    "diff_ci_low",
+    "diff_ci_high",
+    *MEASURED_COLUMNS,
 ]
 CONFIDENCE = 0.95
 N_RESAMPLES = 10_000
@@ -83,7 +96,11 @@ def _round(value: float) -> float:
 
 
 def summarize_cell(
-    score_path: str | Path, cell: dict, expected_n: int | None = None, seed: int = 0, small_n: int = SMALL_N,
+    score_path: str | Path,
+    cell: dict,
+    expected_n: int | None = None,
+    seed: int = 0,
+    small_n: int = SMALL_N,
     n_resamples: int = N_RESAMPLES,
 ) -> dict:
     scores = read_scores(score_path)
@@ -110,8 +127,13 @@ def paired_difference(
     """Mean of (cell - baseline) x100 over the examples both scored, with its paired-bootstrap CI."""
     shared = sorted(set(scores) & set(baseline))
     if not shared:
-        return {"n_paired": 0, "full_cache_score": math.nan, "diff_vs_full": math.nan,
-                "diff_ci_low": math.nan, "diff_ci_high": math.nan}
+        return {
+            "n_paired": 0,
+            "full_cache_score": math.nan,
+            "diff_vs_full": math.nan,
+            "diff_ci_low": math.nan,
+            "diff_ci_high": math.nan,
+        }
     differences = np.array([scores[i] - baseline[i] for i in shared])
     low, high = bootstrap_mean_ci(differences, rng, n_resamples)
     return {
@@ -132,8 +154,13 @@ def is_baseline(cell: dict) -> bool:
 
 
 def build_summary(
-    score_files: list[str], cells: list[dict], expected_ns: list[int | None] | None = None, seed: int = 0,
-    small_n: int = SMALL_N, n_resamples: int = N_RESAMPLES, labels: dict[str, str] | None = None,
+    score_files: list[str],
+    cells: list[dict],
+    expected_ns: list[int | None] | None = None,
+    seed: int = 0,
+    small_n: int = SMALL_N,
+    n_resamples: int = N_RESAMPLES,
+    labels: dict[str, str] | None = None,
 ) -> pd.DataFrame:
     """The study's table. Cells are those the config check accepted (the workflow passes only those).
 
@@ -161,7 +188,17 @@ def build_summary(
     # full cache first, then the methods in the registry's order, each from most to least cache kept
     method_order = {name: position for position, name in enumerate(METHODS)}
     frame["method_order"] = frame["method"].map(lambda m: method_order.get(m, len(method_order)))
-    order = ["dataset", "task", "model", "question_mode", "method_order", "method", "retention", "batch_size", "decode_batch_size"]
+    order = [
+        "dataset",
+        "task",
+        "model",
+        "question_mode",
+        "method_order",
+        "method",
+        "retention",
+        "batch_size",
+        "decode_batch_size",
+    ]
     frame = frame.sort_values(order, ascending=[True] * 6 + [False, True, True], kind="stable")
     return frame.drop(columns="method_order").reset_index(drop=True)
 
@@ -191,18 +228,38 @@ def per_example_frame(score_files: list[str], cells: list[dict], labels: dict[st
     for path, cell in zip(score_files, cells):
         label = (labels or {}).get(cell["method"]) or method_label(cell["method"])
         for record in read_jsonl(path):
-            rows.append({**cell, "label": label, "id": record["id"], "metric": record["metric"], "score": float(record["score"])})
+            rows.append(
+                {
+                    **cell,
+                    "label": label,
+                    "id": record["id"],
+                    "metric": record["metric"],
+                    "score": float(record["score"]),
+                }
+            )
     return pd.DataFrame(rows, columns=CELL_COLUMNS + ["label", "id", "metric", "score"])
 
 
 QUESTION_CHANGE_COLUMNS = [
-    "dataset", "task", "model", "method", "retention", "batch_size", "decode_batch_size",
-    "n_paired", "aware_score", "other_score", "diff", "diff_ci_low", "diff_ci_high",
+    "dataset",
+    "task",
+    "model",
+    "method",
+    "retention",
+    "batch_size",
+    "decode_batch_size",
+    "n_paired",
+    "aware_score",
+    "other_score",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
 ]
 
 
-def question_change_cost(per_example: pd.DataFrame, seed: int = 0, n_resamples: int = N_RESAMPLES,
-                         against: str = "other_question") -> pd.DataFrame:
+def question_change_cost(
+    per_example: pd.DataFrame, seed: int = 0, n_resamples: int = N_RESAMPLES, against: str = "other_question"
+) -> pd.DataFrame:
     """Per compressed setting: question_aware - ``against`` (another question mode) x100 on the examples both
     modes scored, with its paired-bootstrap interval. Against other_question: how much of a method's score was
     chosen for the question it was shown; against question_agnostic: what seeing the question bought."""
@@ -218,11 +275,17 @@ def question_change_cost(per_example: pd.DataFrame, seed: int = 0, n_resamples: 
         cell = dict(zip(setting, key), question_mode=pair)
         differences = (group["score_aware"] - group["score_other"]).to_numpy()
         low, high = bootstrap_mean_ci(differences, rng_for(seed, cell, "question_change"), n_resamples)
-        rows.append({
-            **{c: cell[c] for c in setting}, "n_paired": len(group),
-            "aware_score": _round(100 * group["score_aware"].mean()), "other_score": _round(100 * group["score_other"].mean()),
-            "diff": _round(100 * differences.mean()), "diff_ci_low": _round(100 * low), "diff_ci_high": _round(100 * high),
-        })
+        rows.append(
+            {
+                **{c: cell[c] for c in setting},
+                "n_paired": len(group),
+                "aware_score": _round(100 * group["score_aware"].mean()),
+                "other_score": _round(100 * group["score_other"].mean()),
+                "diff": _round(100 * differences.mean()),
+                "diff_ci_low": _round(100 * low),
+                "diff_ci_high": _round(100 * high),
+            }
+        )
     return pd.DataFrame(rows, columns=QUESTION_CHANGE_COLUMNS)
 
 
@@ -236,16 +299,16 @@ WHY = {
     "rises": (
         "PyramidKV: on a model of few layers its budget formula gives the top layer a sliver of the cache at 50% and "
         "falls back to SnapKV's even budget once its smallest layer budget would be under the window "
-        "(docs/canary.md, \"PyramidKV keeps more when asked to keep less\")"
+        '(docs/canary.md, "PyramidKV keeps more when asked to keep less")'
     ),
     "aware_low": (
         "in question-aware the question's own tokens are pressed with the context, so a press can evict the question "
-        "itself; the other modes run it uncompressed (docs/other-question.md, \"A negative difference is not a gain from "
-        "the other question\")"
+        'itself; the other modes run it uncompressed (docs/other-question.md, "A negative difference is not a gain from '
+        'the other question")'
     ),
     "aware_high": (
         "a press that reads the question keeps what that question needs, and a cache chosen for no question or for "
-        "another one does not hold it (docs/other-question.md, \"SnapKV and PyramidKV lose most when the question changes\")"
+        'another one does not hold it (docs/other-question.md, "SnapKV and PyramidKV lose most when the question changes")'
     ),
 }
 KNOWN_RISES = {"pyramidkv"}
@@ -283,26 +346,37 @@ def summary_notes(summary: pd.DataFrame, label=None) -> list[str]:
         rising = []
         for mode in modes_in_order(cells["question_mode"]):
             line = cells[cells["question_mode"] == mode].sort_values("retention", ascending=False)
-            if any(less.retention < more.retention and less.ci_low > more.ci_high
-                   for more in line.itertuples() for less in line.itertuples()):
-                rising.append(f"{mode.replace('_', '-')}: " + ", ".join(
-                    f"{r.score:.1f} at {retention_percent(r.retention)}" for r in line.itertuples()))
+            if any(
+                less.retention < more.retention and less.ci_low > more.ci_high
+                for more in line.itertuples()
+                for less in line.itertuples()
+            ):
+                rising.append(
+                    f"{mode.replace('_', '-')}: "
+                    + ", ".join(f"{r.score:.1f} at {retention_percent(r.retention)}" for r in line.itertuples())
+                )
         if rising:
             kind = "rises" if method in KNOWN_RISES else "rises_unknown"
             kinds.append(kind)
-            notes.append(f"**{label(method)} scores higher as it keeps less** ({where}; {'; '.join(rising)}; the "
-                         f"intervals do not overlap) [{kind}]")
+            notes.append(
+                f"**{label(method)} scores higher as it keeps less** ({where}; {'; '.join(rising)}; the "
+                f"intervals do not overlap) [{kind}]"
+            )
         apart: dict[str, list[str]] = {}
         for retention, at in sorted(cells.groupby("retention"), key=lambda item: -item[0]):
             if kind := _modes_apart(at):
-                by_mode = ", ".join(f"{m.replace('_', '-')} {at.loc[at['question_mode'] == m, 'score'].iloc[0]:.1f}"
-                                    for m in modes_in_order(at["question_mode"]))
+                by_mode = ", ".join(
+                    f"{m.replace('_', '-')} {at.loc[at['question_mode'] == m, 'score'].iloc[0]:.1f}"
+                    for m in modes_in_order(at["question_mode"])
+                )
                 apart.setdefault(kind, []).append(f"{retention_percent(retention)} kept: {by_mode}")
         for kind, lines in apart.items():
             kinds.append(kind)
-            what = {"aware_low": "scores far lower question-aware than in the other modes",
-                    "aware_high": "scores far higher question-aware than in the other modes",
-                    "apart": "differs by more than 50 points between question modes"}[kind]
+            what = {
+                "aware_low": "scores far lower question-aware than in the other modes",
+                "aware_high": "scores far higher question-aware than in the other modes",
+                "apart": "differs by more than 50 points between question modes",
+            }[kind]
             notes.append(f"**{label(method)} {what}** ({where}; {'; '.join(lines)}) [{kind}]")
     keys = list(dict.fromkeys(kinds))
     marks = {kind: f"({index + 1})" for index, kind in enumerate(keys)}
@@ -354,8 +428,12 @@ def _sorted_by_score(rows: pd.DataFrame) -> pd.DataFrame:
     return key.drop(columns=["_score", "_catalogue", "_mode"])
 
 
-def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: list[dict] | None = None,
-                     predictions_only: list[str] | None = None) -> str:
+def summary_markdown(
+    summary: pd.DataFrame,
+    small_n: int = SMALL_N,
+    not_run: list[dict] | None = None,
+    predictions_only: list[str] | None = None,
+) -> str:
     """The table people read: warnings, then notes (what a reader should not miss), then per dataset/task/model
     one table for the full cache and one per retention, methods best first (the full cache's batch-1 rows
     heading each as the reference), then the cells the config asked for that were refused before any job
@@ -383,11 +461,13 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: lis
     if not incomplete.empty:
         lines.append(
             f"> **Warning: {len(incomplete)} cells are INCOMPLETE** (scored on fewer examples than the study "
-            "asked for): " + "; ".join(
+            "asked for): "
+            + "; ".join(
                 f"{label(r.method)} {r.retention:.2f} batch {r.batch_size} decode {r.decode_batch_size} "
                 f"({r.n} of {r.expected_n})"
                 for r in incomplete.itertuples()
-            ) + ". They are marked below and left out of the figures."
+            )
+            + ". They are marked below and left out of the figures."
         )
         lines.append("")
     measured_otherwise = flagged_cells(summary)
@@ -411,27 +491,38 @@ def summary_markdown(summary: pd.DataFrame, small_n: int = SMALL_N, not_run: lis
         others = group[group["method"] != BASELINE_METHOD]
         for retention in sorted(set(others["retention"]) - {FULL_RETENTION}, reverse=True):
             at = others[others["retention"] == retention]
-            lines += [f"### {retention_percent(retention)} of the KV cache kept ({at['method'].nunique()} methods)", ""] + TABLE_HEAD
+            lines += [
+                f"### {retention_percent(retention)} of the KV cache kept ({at['method'].nunique()} methods)",
+                "",
+            ] + TABLE_HEAD
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(reference).itertuples()]
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(at).itertuples()] + [""]
         whole = others[others["retention"] == FULL_RETENTION]
         if not whole.empty:
-            lines += [f"### Whole cache or their own budget (retention 1.0; {whole['method'].nunique()} methods)", ""] + TABLE_HEAD
+            lines += [
+                f"### Whole cache or their own budget (retention 1.0; {whole['method'].nunique()} methods)",
+                "",
+            ] + TABLE_HEAD
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(reference).itertuples()]
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(whole).itertuples()] + [""]
     if not_run:
         lines += [
-            f"## Not run: {len(not_run)} cell(s) the config asked for", "",
-            "Refused before any job, from the config and the method's measured properties (`snakemake -n` lists them too):", "",
-            "| cell | why |", "|---|---|",
+            f"## Not run: {len(not_run)} cell(s) the config asked for",
+            "",
+            "Refused before any job, from the config and the method's measured properties (`snakemake -n` lists them too):",
+            "",
+            "| cell | why |",
+            "|---|---|",
         ]
         lines += [f"| `{cell['target']}` | {'; '.join(cell['problems'])} |" for cell in not_run]
         lines.append("")
     if predictions_only:
         lines += [
-            f"## Predictions only: {len(predictions_only)} cell(s) with hidden answers", "",
+            f"## Predictions only: {len(predictions_only)} cell(s) with hidden answers",
+            "",
             "ZeroSCROLLS withholds its answers (its leaderboard scores submitted predictions): these cells' predictions "
-            "are written, and no score.", "",
+            "are written, and no score.",
+            "",
         ]
         lines += [f"- `{target}`" for target in predictions_only] + [""]
     return "\n".join(lines)

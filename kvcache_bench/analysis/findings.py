@@ -49,10 +49,14 @@ def needle_sentences(summary: pd.DataFrame) -> list[str]:
 
         kept = retention_percent(retention)
         if len(holding):
-            lines.append(f"- **{kept} kept**: {len(holding)} of {len(group)} presses {'reaches' if len(holding) == 1 else 'reach'} "
-                         f"the full cache: {named(holding)}.")
+            lines.append(
+                f"- **{kept} kept**: {len(holding)} of {len(group)} presses {'reaches' if len(holding) == 1 else 'reach'} "
+                f"the full cache: {named(holding)}."
+            )
         else:
-            lines.append(f"- **{kept} kept**: none of {len(group)} reaches the full cache; the best: {named(group.head(2))}.")
+            lines.append(
+                f"- **{kept} kept**: none of {len(group)} reaches the full cache; the best: {named(group.head(2))}."
+            )
         worst = group.tail(2).iloc[::-1]
         lines[-1] += f" Lowest: {named(worst)}."
     return lines
@@ -73,10 +77,12 @@ def padding_sentences(table: pd.DataFrame, name: str = "snapkv") -> list[str]:
         f"{focus['score_batch_1']:.0f}% of the needles alone, {focus['score_padded_batch']:.0f}% padded "
         f"({_signed(focus['diff'])} {_interval(focus['diff_ci_low'], focus['diff_ci_high'])}, "
         f"{int(focus['changed_answers'])} of {examples} answers changed).",
-        "Share of pads kept, and the padded − alone change: " + "; ".join(
+        "Share of pads kept, and the padded − alone change: "
+        + "; ".join(
             f"{method_label(r.method)} {r.share_of_pads_kept:.0%} ({_signed(r.diff)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
             for r in pressed.itertuples()
-        ) + f". Full cache (the control, which keeps every pad): {_signed(control['diff'])} "
+        )
+        + f". Full cache (the control, which keeps every pad): {_signed(control['diff'])} "
         f"{_interval(control['diff_ci_low'], control['diff_ci_high'])}, {int(control['changed_answers'])} answers changed.",
     ]
     return lines
@@ -98,7 +104,10 @@ def question_change_sentences(summary: pd.DataFrame, per_example: pd.DataFrame, 
         f"[{baseline['ci_low']:.0f}, {baseline['ci_high']:.0f}] {where}. Each press: its score question-aware → in the "
         "other mode, then the paired drop aware − other [95% interval]."
     ]
-    wording = {"other_question": "**another question chose the cache**", "question_agnostic": "**no question was seen**"}
+    wording = {
+        "other_question": "**another question chose the cache**",
+        "question_agnostic": "**no question was seen**",
+    }
     for against, said in wording.items():
         costs = question_change_cost(per_example, seed, against=against)
         if costs.empty:
@@ -110,7 +119,9 @@ def question_change_sentences(summary: pd.DataFrame, per_example: pd.DataFrame, 
             f"{method_label(r.method)} {r.aware_score:.0f} → {r.other_score:.0f} ({_signed(r.diff)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
             for r in fell.itertuples()
         )
-        identical = [method_label(r.method) for r in unmoved.itertuples() if r.diff == 0 and r.diff_ci_low == r.diff_ci_high == 0]
+        identical = [
+            method_label(r.method) for r in unmoved.itertuples() if r.diff == 0 and r.diff_ci_low == r.diff_ci_high == 0
+        ]
         line = f"- When {said}, {len(fell)} of {len(costs)} presses fell detectably: {named or 'none'}."
         line += f" {len(unmoved)} did not detectably move"
         line += f" ({', '.join(identical)} scored the same on every question)." if identical else "."
@@ -129,36 +140,59 @@ def ruler_sentences(summary: pd.DataFrame) -> list[str]:
 
     ``summary`` may join several slices' tables (one per retention): the full cache's cells, shared, count once."""
     complete = summary[~summary["incomplete"].astype(bool)].drop_duplicates(
-        ["dataset", "task", "method", "question_mode", "retention"])
+        ["dataset", "task", "method", "question_mode", "retention"]
+    )
     aware = complete[complete["question_mode"] == "question_aware"].sort_values(["task", "dataset"])
     full = aware[aware["method"] == BASELINE_METHOD]
-    lines = ["Full cache, question-aware score ×100 [95% interval] (n): " + "; ".join(
-        f"{_task_name(r)} {r.score:.0f} [{r.ci_low:.0f}, {r.ci_high:.0f}] ({int(r.n)})" for r in full.itertuples()) + "."]
+    lines = [
+        "Full cache, question-aware score ×100 [95% interval] (n): "
+        + "; ".join(
+            f"{_task_name(r)} {r.score:.0f} [{r.ci_low:.0f}, {r.ci_high:.0f}] ({int(r.n)})" for r in full.itertuples()
+        )
+        + "."
+    ]
     is_ruler = complete["dataset"].str.startswith("ruler")
     ruler, needle = _pressed(complete[is_ruler]), _pressed(complete[~is_ruler])
     lengths = ruler[["dataset", "task"]].drop_duplicates().shape[0]
     if lengths:  # one paragraph with the full cache's line: the README counts its lines
         modes = complete[is_ruler & (complete["method"] == BASELINE_METHOD)].groupby("question_mode")["score"].mean()
-        lines[0] += (f" Each press: its mean over the {lengths} RULER task-lengths, question-aware / question-agnostic (the "
-                     f"full cache: {modes['question_aware']:.0f} / {modes['question_agnostic']:.0f}), then in how many its "
-                     "paired interval (question-aware) reaches the full cache.")
+        lines[0] += (
+            f" Each press: its mean over the {lengths} RULER task-lengths, question-aware / question-agnostic (the "
+            f"full cache: {modes['question_aware']:.0f} / {modes['question_agnostic']:.0f}), then in how many its "
+            "paired interval (question-aware) reaches the full cache."
+        )
     for retention, group in sorted(ruler.groupby("retention"), key=lambda item: -item[0]):
         means = group.pivot_table(index="method", columns="question_mode", values="score", aggfunc="mean")
-        reached = group[group["question_mode"] == "question_aware"].groupby("method")["diff_ci_high"].apply(
-            lambda highs: int((highs >= 0).sum()))
+        reached = (
+            group[group["question_mode"] == "question_aware"]
+            .groupby("method")["diff_ci_high"]
+            .apply(lambda highs: int((highs >= 0).sum()))
+        )
         means = means.sort_values("question_aware", ascending=False)
-        lines.append(f"- **{retention_percent(retention)} kept**: " + ", ".join(
-            f"{method_label(method)} {row.question_aware:.0f} / {row.question_agnostic:.0f} ({reached[method]} of {lengths})"
-            for method, row in means.iterrows()) + ".")
+        lines.append(
+            f"- **{retention_percent(retention)} kept**: "
+            + ", ".join(
+                f"{method_label(method)} {row.question_aware:.0f} / {row.question_agnostic:.0f} ({reached[method]} of {lengths})"
+                for method, row in means.iterrows()
+            )
+            + "."
+        )
     parts = []
     for retention, group in sorted(needle.groupby("retention"), key=lambda item: -item[0]):
         rows = group[group["question_mode"] == "question_aware"].sort_values("score", ascending=False)
         gains = rows[rows["diff_ci_low"] > 0]
-        above = ", ".join(f"{method_label(r.method)} {r.score:.0f} ({_signed(r.diff_vs_full)} "
-                          f"{_interval(r.diff_ci_low, r.diff_ci_high)})" for r in gains.itertuples())
-        parts.append(f"{retention_percent(retention)} kept, {above or 'none'} above it and "
-                     f"{int((rows['diff_ci_high'] < 0).sum())} of {len(rows)} below")
+        above = ", ".join(
+            f"{method_label(r.method)} {r.score:.0f} ({_signed(r.diff_vs_full)} "
+            f"{_interval(r.diff_ci_low, r.diff_ci_high)})"
+            for r in gains.itertuples()
+        )
+        parts.append(
+            f"{retention_percent(retention)} kept, {above or 'none'} above it and "
+            f"{int((rows['diff_ci_high'] < 0).sum())} of {len(rows)} below"
+        )
     if parts:
-        lines.append(f"- **Needle test** (question-aware, n = {int(needle['n'].min())} per cell), detectably against the full "
-                     "cache: " + "; ".join(parts) + ".")
+        lines.append(
+            f"- **Needle test** (question-aware, n = {int(needle['n'].min())} per cell), detectably against the full "
+            "cache: " + "; ".join(parts) + "."
+        )
     return lines

@@ -43,10 +43,29 @@ EXPORT_ROOT = "results/kvpress"
 FILES = ("predictions.csv", "metrics.json", "config.yaml")
 # EvaluationConfig's fields, in its order (config.yaml is asdict() of it)
 CONFIG_KEYS = [
-    "dataset", "data_dir", "model", "device", "press_name", "compression_ratio", "key_channel_compression_ratio",
-    "head_compression_ratio", "threshold", "fraction", "max_new_tokens", "max_context_length", "query_aware",
-    "needle_depth", "compression_interval", "target_size", "hidden_states_buffer_size", "output_dir", "log_level",
-    "model_kwargs", "press_init_command", "seed", "fp8",
+    "dataset",
+    "data_dir",
+    "model",
+    "device",
+    "press_name",
+    "compression_ratio",
+    "key_channel_compression_ratio",
+    "head_compression_ratio",
+    "threshold",
+    "fraction",
+    "max_new_tokens",
+    "max_context_length",
+    "query_aware",
+    "needle_depth",
+    "compression_interval",
+    "target_size",
+    "hidden_states_buffer_size",
+    "output_dir",
+    "log_level",
+    "model_kwargs",
+    "press_init_command",
+    "seed",
+    "fp8",
 ]
 DECODING_KEYS = ("compression_interval", "target_size", "hidden_states_buffer_size")
 
@@ -55,12 +74,24 @@ def model_id(name: str, model: dict, workdir: str = ".") -> str:
     """What kvpress calls the model (``--model``, a hub id): the config's path when it is a hub repository; the
     config's name for a model this workflow makes or reads from a local folder (it has no hub id)."""
     path = str(model["path"])
-    local = model.get("build") or model.get("from_package") or os.path.exists(os.path.join(workdir, path)) or path.startswith(("/", "."))
+    local = (
+        model.get("build")
+        or model.get("from_package")
+        or os.path.exists(os.path.join(workdir, path))
+        or path.startswith(("/", "."))
+    )
     return name if local or "/" not in path else path
 
 
-def results_dir_name(dataset: str, data_dir: str | None, model: str, press_name: str, compression_ratio: float,
-                     query_aware: bool, key_channel_compression_ratio: float | None = None) -> str:
+def results_dir_name(
+    dataset: str,
+    data_dir: str | None,
+    model: str,
+    press_name: str,
+    compression_ratio: float,
+    query_aware: bool,
+    key_channel_compression_ratio: float | None = None,
+) -> str:
     """The directory ``EvaluationConfig.get_results_dir`` names for these settings (no fraction, no
     max_context_length, no needle depth: this export never sets them)."""
     components = [dataset, data_dir or "", model.replace("/", "--"), press_name, f"{compression_ratio:.2f}"]
@@ -104,14 +135,26 @@ def plan_export(cells: list[dict], config: dict, workdir: str = ".") -> tuple[li
     for cell in cells:
         key = (cell["dataset"], cell["task"], cell["model"], cell["method"], cell["question_mode"], cell["retention"])
         if cell["question_mode"] not in QUERY_AWARE:
-            left_out.append({**cell, "why": f"{cell['question_mode']} has no kvpress evaluation run (query_aware is true or false)"})
+            left_out.append(
+                {**cell, "why": f"{cell['question_mode']} has no kvpress evaluation run (query_aware is true or false)"}
+            )
             continue
         if int(cell["batch_size"]) != 1:
-            left_out.append({**cell, "why": f"prefill batch {cell['batch_size']}: kvpress's evaluation prefills one context at a time"})
+            left_out.append(
+                {
+                    **cell,
+                    "why": f"prefill batch {cell['batch_size']}: kvpress's evaluation prefills one context at a time",
+                }
+            )
             continue
         if int(cell["decode_batch_size"]) != smallest_decode[key]:
-            left_out.append({**cell, "why": f"decode batch {cell['decode_batch_size']}: the same answers as decode batch "
-                                            f"{smallest_decode[key]}, which is exported"})
+            left_out.append(
+                {
+                    **cell,
+                    "why": f"decode batch {cell['decode_batch_size']}: the same answers as decode batch "
+                    f"{smallest_decode[key]}, which is exported",
+                }
+            )
             continue
         model = config["models"][cell["model"]]
         ratio, key_ratio = _ratios(cell["method"], float(cell["retention"]))
@@ -119,15 +162,29 @@ def plan_export(cells: list[dict], config: dict, workdir: str = ".") -> tuple[li
         model_name = ids[cell["model"]]
         kwargs = config["method_kwargs"].get(cell["method"], {})
         settings = {
-            "dataset": cell["dataset"], "data_dir": cell["task"], "model": model_name,
-            "device": config["generation"]["device"], "press_name": press, "compression_ratio": ratio,
-            "key_channel_compression_ratio": key_ratio, "fraction": 1.0,
-            "max_new_tokens": None, "max_context_length": None, "query_aware": QUERY_AWARE[cell["question_mode"]],
-            "needle_depth": None, **{k: kwargs.get(k) for k in DECODING_KEYS}, "output_dir": EXPORT_ROOT,
-            "log_level": "INFO", "model_kwargs": {"attn_implementation": model["attn_implementation"], "dtype": model["dtype"]},
-            "press_init_command": None, "seed": config["seed"], "fp8": False,
+            "dataset": cell["dataset"],
+            "data_dir": cell["task"],
+            "model": model_name,
+            "device": config["generation"]["device"],
+            "press_name": press,
+            "compression_ratio": ratio,
+            "key_channel_compression_ratio": key_ratio,
+            "fraction": 1.0,
+            "max_new_tokens": None,
+            "max_context_length": None,
+            "query_aware": QUERY_AWARE[cell["question_mode"]],
+            "needle_depth": None,
+            **{k: kwargs.get(k) for k in DECODING_KEYS},
+            "output_dir": EXPORT_ROOT,
+            "log_level": "INFO",
+            "model_kwargs": {"attn_implementation": model["attn_implementation"], "dtype": model["dtype"]},
+            "press_init_command": None,
+            "seed": config["seed"],
+            "fp8": False,
         }
-        directory = results_dir_name(cell["dataset"], cell["task"], model_name, press, ratio, settings["query_aware"], key_ratio)
+        directory = results_dir_name(
+            cell["dataset"], cell["task"], model_name, press, ratio, settings["query_aware"], key_ratio
+        )
         exported.append({"cell": cell, "directory": f"{EXPORT_ROOT}/{directory}", "settings": settings})
     return exported, left_out
 
@@ -153,7 +210,9 @@ def ruler_layout(metric: str) -> bool:
     return metric.startswith("string_match")
 
 
-def export_cell(entry: dict, score_file: str, prediction_file: str, rows_by_id: dict[str, dict], max_new_tokens: int) -> dict:
+def export_cell(
+    entry: dict, score_file: str, prediction_file: str, rows_by_id: dict[str, dict], max_new_tokens: int
+) -> dict:
     """The three files' contents for one exported cell: {"predictions.csv": DataFrame, "metrics.json": value,
     "config.yaml": dict} and the facts its manifests record."""
     scores = read_jsonl(score_file)
@@ -170,10 +229,21 @@ def export_cell(entry: dict, score_file: str, prediction_file: str, rows_by_id: 
         if ruler_layout(metric):
             record["answer"] = list(answers)
         else:
-            record.update(answers=list(answers), length=row.get("length"), dataset=row.get("dataset"),
-                          language=row.get("language"), all_classes=row.get("all_classes"), _id=row.get("_id", score["id"]))
-        record.update(answer_prefix="", task=task, max_new_tokens=max_new_tokens,
-                      predicted_answer=score["prediction"], compression_ratio=settings["compression_ratio"])
+            record.update(
+                answers=list(answers),
+                length=row.get("length"),
+                dataset=row.get("dataset"),
+                language=row.get("language"),
+                all_classes=row.get("all_classes"),
+                _id=row.get("_id", score["id"]),
+            )
+        record.update(
+            answer_prefix="",
+            task=task,
+            max_new_tokens=max_new_tokens,
+            predicted_answer=score["prediction"],
+            compression_ratio=settings["compression_ratio"],
+        )
         records.append(record)
     frame = pd.DataFrame(records)
     mean = round(100 * sum(float(s["score"]) for s in scores) / len(scores), 2) if scores else float("nan")
@@ -184,19 +254,41 @@ def export_cell(entry: dict, score_file: str, prediction_file: str, rows_by_id: 
     for unset in ("threshold", "head_compression_ratio"):  # save_config drops them when unset
         config_yaml.pop(unset, None)
     truncated = [bool(s.get("truncated")) for s in scores]
-    facts = {"cell": entry["cell"], "metric": metric, "n": len(scores),
-             "truncated_share": round(sum(truncated) / len(truncated), 4) if truncated else None,
-             "scores_from": score_file, "predictions_from": prediction_file}
+    facts = {
+        "cell": entry["cell"],
+        "metric": metric,
+        "n": len(scores),
+        "truncated_share": round(sum(truncated) / len(truncated), 4) if truncated else None,
+        "scores_from": score_file,
+        "predictions_from": prediction_file,
+    }
     return {"predictions.csv": frame, "metrics.json": metrics, "config.yaml": config_yaml, "facts": facts}
 
 
 def index_frame(exported: list[dict], left_out: list[dict], summaries: list[dict]) -> pd.DataFrame:
     """One row per study cell: where it was exported, or why not."""
-    rows = [{**e["cell"], "retention": retention_percent(float(e["cell"]["retention"])), "directory": e["directory"],
-             "n": s["facts"]["n"], "metrics": json.dumps(s["metrics.json"]), "why_not_exported": ""}
-            for e, s in zip(exported, summaries)]
-    rows += [{**{k: v for k, v in c.items() if k != "why"}, "retention": retention_percent(float(c["retention"])),
-              "directory": "", "n": None, "metrics": "", "why_not_exported": c["why"]} for c in left_out]
+    rows = [
+        {
+            **e["cell"],
+            "retention": retention_percent(float(e["cell"]["retention"])),
+            "directory": e["directory"],
+            "n": s["facts"]["n"],
+            "metrics": json.dumps(s["metrics.json"]),
+            "why_not_exported": "",
+        }
+        for e, s in zip(exported, summaries)
+    ]
+    rows += [
+        {
+            **{k: v for k, v in c.items() if k != "why"},
+            "retention": retention_percent(float(c["retention"])),
+            "directory": "",
+            "n": None,
+            "metrics": "",
+            "why_not_exported": c["why"],
+        }
+        for c in left_out
+    ]
     frame = pd.DataFrame(rows)
     if "n" in frame:
         frame["n"] = frame["n"].astype("Int64")  # a count, blank where the cell was not exported

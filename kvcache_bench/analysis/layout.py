@@ -44,7 +44,9 @@ def _describe(text: Text) -> str:
     return repr(text.get_text().replace("\n", " ")[:60])
 
 
-def layout_report(figure, dpi: int = SAVE_DPI, max_width_px: int = MAX_WIDTH_PX, min_font_pt: float = MIN_FONT_PT) -> dict:
+def layout_report(
+    figure, dpi: int = SAVE_DPI, max_width_px: int = MAX_WIDTH_PX, min_font_pt: float = MIN_FONT_PT
+) -> dict:
     """The saved size in pixels and every broken rule: a text under ``min_font_pt``, two texts whose boxes
     intersect, a text running off the figure, a width over ``max_width_px``. Draws the figure at ``dpi``, as
     savefig does: figures are saved whole (no bbox_inches="tight", which re-anchors a figure legend to the
@@ -52,7 +54,10 @@ def layout_report(figure, dpi: int = SAVE_DPI, max_width_px: int = MAX_WIDTH_PX,
     figure.set_dpi(dpi)
     figure.canvas.draw()
     renderer = figure.canvas.get_renderer()
-    width_px, height_px = int(figure.bbox.width), int(figure.bbox.height)  # the saved file, pixel for pixel (Agg truncates)
+    width_px, height_px = (
+        int(figure.bbox.width),
+        int(figure.bbox.height),
+    )  # the saved file, pixel for pixel (Agg truncates)
     problems = []
     if width_px > max_width_px:
         problems.append(f"{width_px} px wide at {dpi} dpi (at most {max_width_px})")
@@ -62,7 +67,12 @@ def layout_report(figure, dpi: int = SAVE_DPI, max_width_px: int = MAX_WIDTH_PX,
             problems.append(f"text {_describe(text)} at {text.get_fontsize():g} pt (at least {min_font_pt:g})")
     boxes = [(text, text.get_window_extent(renderer)) for text in texts]
     for text, box in boxes:  # the file is the figure's area: a text beyond it is cut off
-        if box.x0 < -OVERLAP_PX or box.y0 < -OVERLAP_PX or box.x1 > width_px + OVERLAP_PX or box.y1 > height_px + OVERLAP_PX:
+        if (
+            box.x0 < -OVERLAP_PX
+            or box.y0 < -OVERLAP_PX
+            or box.x1 > width_px + OVERLAP_PX
+            or box.y1 > height_px + OVERLAP_PX
+        ):
             problems.append(f"text {_describe(text)} runs off the figure")
     for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2):
         overlap_x = min(box_a.x1, box_b.x1) - max(box_a.x0, box_b.x0)

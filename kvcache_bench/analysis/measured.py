@@ -26,14 +26,19 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
-def measure_cell(records: list[dict], retention: float, tolerance: float = RETENTION_TOLERANCE,
-                 max_context_lost: float = MAX_CONTEXT_LOST) -> dict:
+def measure_cell(
+    records: list[dict],
+    retention: float,
+    tolerance: float = RETENTION_TOLERANCE,
+    max_context_lost: float = MAX_CONTEXT_LOST,
+) -> dict:
     """The cell's measured retention and truncation, and whether either is too far from what it asked."""
     effective = _mean(r.get("effective_retention") for r in records)
     truncated = [bool(r["truncated"]) for r in records if r.get("truncated") is not None]
     lost = _mean(
         1 - r["prompt_tokens"] / r["original_prompt_tokens"]
-        for r in records if r.get("prompt_tokens") is not None and r.get("original_prompt_tokens")
+        for r in records
+        if r.get("prompt_tokens") is not None and r.get("original_prompt_tokens")
     )
     asked = float(retention)
     # A press that compresses while decoding asks a budget in tokens (target_size), not a retention: its cells ask
@@ -43,7 +48,9 @@ def measure_cell(records: list[dict], retention: float, tolerance: float = RETEN
         "effective_retention": round(effective, 6) if not math.isnan(effective) else math.nan,
         "truncated_share": round(sum(truncated) / len(truncated), 4) if truncated else math.nan,
         "context_lost": round(max(0.0, lost), 4) if not math.isnan(lost) else math.nan,
-        "retention_off": bool(asked_a_retention and not math.isnan(effective) and abs(effective - asked) > tolerance * asked),
+        "retention_off": bool(
+            asked_a_retention and not math.isnan(effective) and abs(effective - asked) > tolerance * asked
+        ),
         "context_cut": bool(not math.isnan(lost) and lost > max_context_lost),
     }
 
@@ -84,5 +91,7 @@ def flagged_caption(summary: pd.DataFrame, limit: int = 6) -> str | None:
     lines = flagged_cells(summary)
     if not lines:
         return None
-    shown = lines[:limit] + ([f"... and {len(lines) - limit} more (results/tables/summary.md)"] if len(lines) > limit else [])
+    shown = lines[:limit] + (
+        [f"... and {len(lines) - limit} more (results/tables/summary.md)"] if len(lines) > limit else []
+    )
     return "Measured other than asked:\n" + "\n".join(shown)

@@ -135,7 +135,11 @@ def code_sim_score(prediction: str, reference: str, **_) -> float:
         warnings.simplefilter("ignore", UserWarning)
         from fuzzywuzzy import fuzz
     first_code_line = next(
-        (line for line in prediction.lstrip("\n").split("\n") if "`" not in line and "#" not in line and "//" not in line),
+        (
+            line
+            for line in prediction.lstrip("\n").split("\n")
+            if "`" not in line and "#" not in line and "//" not in line
+        ),
         "",
     )
     return fuzz.ratio(first_code_line, reference) / 100
@@ -168,7 +172,9 @@ def needle_rouge_l(prediction: str, reference: str, **_) -> float:
 def choice_stated(prediction: str, reference: str, **_) -> float:
     """LongBench-v2 as kvpress scores it: the prediction states the letter in LongBench's answer sentence."""
     prediction = prediction.replace("*", "")
-    return float(f"The correct answer is ({reference})" in prediction or f"The correct answer is {reference}" in prediction)
+    return float(
+        f"The correct answer is ({reference})" in prediction or f"The correct answer is {reference}" in prediction
+    )
 
 
 def boxed_last(prediction: str, reference: str, **_) -> float:
@@ -393,9 +399,17 @@ RULER_TASK_METRICS = {
     **{
         task: "string_match_all"
         for task in (
-            "niah_single_1", "niah_single_2", "niah_single_3",
-            "niah_multikey_1", "niah_multikey_2", "niah_multikey_3",
-            "niah_multivalue", "niah_multiquery", "vt", "cwe", "fwe",
+            "niah_single_1",
+            "niah_single_2",
+            "niah_single_3",
+            "niah_multikey_1",
+            "niah_multikey_2",
+            "niah_multikey_3",
+            "niah_multivalue",
+            "niah_multiquery",
+            "vt",
+            "cwe",
+            "fwe",
         )
     },
     "qa_1": "string_match_part",
@@ -403,8 +417,19 @@ RULER_TASK_METRICS = {
 }
 NEEDLE_TASK_METRICS = {"needle_in_haystack": "needle_rouge_l"}
 LONGBENCH_E_TASKS = (
-    "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
-    "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
+    "qasper",
+    "multifieldqa_en",
+    "hotpotqa",
+    "2wikimqa",
+    "gov_report",
+    "multi_news",
+    "trec",
+    "triviaqa",
+    "samsum",
+    "passage_count",
+    "passage_retrieval_en",
+    "lcc",
+    "repobench-p",
 )
 KVPRESS_LAYOUT_TASK_METRICS = {
     **{f"{task}_e": LONGBENCH_TASK_METRICS[task] for task in LONGBENCH_E_TASKS},
@@ -428,7 +453,10 @@ KVPRESS_LAYOUT_TASK_METRICS = {
 }
 
 TASK_METRICS = {
-    **LONGBENCH_TASK_METRICS, **RULER_TASK_METRICS, **NEEDLE_TASK_METRICS, **KVPRESS_LAYOUT_TASK_METRICS,
+    **LONGBENCH_TASK_METRICS,
+    **RULER_TASK_METRICS,
+    **NEEDLE_TASK_METRICS,
+    **KVPRESS_LAYOUT_TASK_METRICS,
     "synthetic_qa": "qa_f1",
 }
 
@@ -489,7 +517,13 @@ def task_score(per_example: list[float]) -> float:
 
 
 # What the generate job measured about each example beside its answer (kvcache_bench.analysis.measured reads them).
-MEASURED_FIELDS = ("effective_retention", "truncated", "prompt_tokens", "original_prompt_tokens", "compressed_while_decoding")
+MEASURED_FIELDS = (
+    "effective_retention",
+    "truncated",
+    "prompt_tokens",
+    "original_prompt_tokens",
+    "compressed_while_decoding",
+)
 
 
 def score_records(task: str, predictions: list[dict]) -> list[dict]:

@@ -23,7 +23,10 @@ def grid_positions(rows: list[dict]) -> tuple[list[int], list[int], dict[str, tu
     """The grid's lengths and depths (sorted) and each example id's (depth index, length index)."""
     lengths = sorted({int(row["max_context_length"]) for row in rows})
     depths = sorted({int(row["needle_depth"]) for row in rows})
-    where = {str(row["_id"]): (depths.index(int(row["needle_depth"])), lengths.index(int(row["max_context_length"]))) for row in rows}
+    where = {
+        str(row["_id"]): (depths.index(int(row["needle_depth"])), lengths.index(int(row["max_context_length"])))
+        for row in rows
+    }
     return lengths, depths, where
 
 
@@ -48,11 +51,15 @@ def heatmap_figure(panels: list[tuple[str, list[int], list[int], np.ndarray]], t
     image = None
     for axis, (label, lengths, depths, grid) in zip(axes[0], panels):
         image = axis.imshow(grid, cmap="RdYlGn", vmin=0.0, vmax=1.0, aspect="auto")
-        axis.set_xticks(range(len(lengths)), [f"{length // 1024}k" if length % 1024 == 0 else str(length) for length in lengths])
+        axis.set_xticks(
+            range(len(lengths)), [f"{length // 1024}k" if length % 1024 == 0 else str(length) for length in lengths]
+        )
         axis.set_yticks(range(len(depths)), [f"{depth}%" for depth in depths])
         axis.set_xlabel("context length (tokens)")
         missing = int(np.isnan(grid).sum())
-        axis.set_title(label + (f"\n({missing} not scored)" if missing else f"\nmean {np.nanmean(grid):.2f}"), fontsize=9)
+        axis.set_title(
+            label + (f"\n({missing} not scored)" if missing else f"\nmean {np.nanmean(grid):.2f}"), fontsize=9
+        )
         for (i, j), value in np.ndenumerate(grid):
             if not np.isnan(value):
                 axis.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
@@ -66,5 +73,7 @@ def save(figure, png_path: str | Path, svg_path: str | Path) -> None:
     for path, fmt in ((png_path, "png"), (svg_path, "svg")):
         with atomic_path(path) as tmp:
             # no timestamp in the SVG: an unchanged figure is an unchanged file
-            figure.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+            figure.savefig(
+                tmp, format=fmt, dpi=150, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None
+            )
     plt.close(figure)

@@ -19,9 +19,22 @@ from kvcache_bench.analysis.aggregate import _interval, _round, bootstrap_mean_c
 from kvcache_bench.analysis.versus import labeller
 
 PADDING_COLUMNS = [
-    "task", "method", "retention", "batch_size", "examples", "changed_answers",
-    "score_batch_1", "score_padded_batch", "diff", "diff_ci_low", "diff_ci_high",
-    "padded_rows", "mean_pads_per_padded_row", "mean_pads_kept", "max_pads_kept", "share_of_pads_kept",
+    "task",
+    "method",
+    "retention",
+    "batch_size",
+    "examples",
+    "changed_answers",
+    "score_batch_1",
+    "score_padded_batch",
+    "diff",
+    "diff_ci_low",
+    "diff_ci_high",
+    "padded_rows",
+    "mean_pads_per_padded_row",
+    "mean_pads_kept",
+    "max_pads_kept",
+    "share_of_pads_kept",
 ]
 
 
@@ -31,7 +44,9 @@ def probe_row(report: dict, seed: int, n_resamples: int) -> dict:
     differences = np.array([a["score_padded_batch"] - a["score_batch_1"] for a in answers], dtype=float)
     cell = {"task": report["task"], "method": report["method"], "retention": report["retention"]}
     low, high = bootstrap_mean_ci(differences, rng_for_probe(seed, cell), n_resamples)
-    padded = [(pads, kept) for pads, kept in zip(report["pad_tokens_per_row"], report["pads_kept_per_row_and_layer"]) if pads]
+    padded = [
+        (pads, kept) for pads, kept in zip(report["pad_tokens_per_row"], report["pads_kept_per_row_and_layer"]) if pads
+    ]
     kept_values = [k for _, per_layer in padded for k in per_layer]
     pads_total = sum(pads * len(per_layer) for pads, per_layer in padded)
     return {
@@ -54,7 +69,14 @@ def probe_row(report: dict, seed: int, n_resamples: int) -> dict:
 
 def rng_for_probe(seed: int, cell: dict):
     """The probe's resampling seed: the study's seed and the probe's own cell, as aggregate's cells do."""
-    full = {"dataset": "padding", "model": "", "question_mode": "question_aware", "batch_size": 0, "decode_batch_size": 1, **cell}
+    full = {
+        "dataset": "padding",
+        "model": "",
+        "question_mode": "question_aware",
+        "batch_size": 0,
+        "decode_batch_size": 1,
+        **cell,
+    }
     return rng_for(seed, full, "padding")
 
 
@@ -67,11 +89,13 @@ def padding_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None) 
     """The table for reading; ``labels`` names the config's custom presses (built-ins name themselves)."""
     label = labeller(labels=labels)
     lines = [
-        "# Left padding: each press at batch 1 vs on left-padded batches", "",
+        "# Left padding: each press at batch 1 vs on left-padded batches",
+        "",
         "The same prompts through the batching harness (`model.generate` under the press, question-aware), alone "
         "and in left-padded batches (1k and 2k prompts alternated). Δ is padded - alone x100 on the same examples "
         "with a paired-bootstrap 95% interval. Pads kept: pad positions left in a padded row's cache, per layer "
-        "(mean over KV heads); mean and max over padded rows and layers; share: pads kept / pads present.", "",
+        "(mean over KV heads); mean and max over padded rows and layers; share: pads kept / pads present.",
+        "",
         "| method | kept | examples | changed answers | alone | padded | Δ [95% CI] | pads per padded row | pads kept mean | max | share kept |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -95,7 +119,9 @@ def padding_figure(table: pd.DataFrame, title: str | None = None, labels: dict[s
     colours = [method_style(m)["color"] for m in table["method"]]
     positions = np.arange(len(table))
     with plt.rc_context(STYLE):  # the figures' font sizes: nothing under the layout rules' 8 pt
-        figure, (left, right) = plt.subplots(1, 2, figsize=(11, 0.45 * len(table) + 1.6), sharey=True, layout="constrained")
+        figure, (left, right) = plt.subplots(
+            1, 2, figsize=(11, 0.45 * len(table) + 1.6), sharey=True, layout="constrained"
+        )
         errors = np.array([table["diff"] - table["diff_ci_low"], table["diff_ci_high"] - table["diff"]])
         left.barh(positions, table["diff"], xerr=errors, color=colours, capsize=3)
         left.axvline(0, color="black", linewidth=0.8)

@@ -58,7 +58,18 @@ from kvcache_bench.methods.registry import METHODS  # noqa: E402
 OKABE_ITO = ["#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7", "#999999"]
 # A family's second ten: Paul Tol's muted scheme (without its pale grey), his dark brown and medium blue.
 # Ordered so that the demo's eight (token scorers of both parts) are eight clearly different colours.
-TOL_MUTED = ["#CC6677", "#117733", "#EE8866", "#DDCC77", "#AA4499", "#44AA99", "#999933", "#88CCEE", "#661100", "#6699CC"]
+TOL_MUTED = [
+    "#CC6677",
+    "#117733",
+    "#EE8866",
+    "#DDCC77",
+    "#AA4499",
+    "#44AA99",
+    "#999933",
+    "#88CCEE",
+    "#661100",
+    "#6699CC",
+]
 PALETTES = (OKABE_ITO + ["#882255", "#332288"], TOL_MUTED)
 METHOD_COLOURS = PALETTES[0] + PALETTES[1]
 PART_SIZE = 10  # methods per family part: each of one palette's ten colours once
@@ -76,8 +87,14 @@ SMALL_MULTIPLES_ABOVE = ALL_IN_COLOUR_UP_TO  # more methods than this: the versu
 PANEL_COLUMNS = 3
 FIGURE_WIDTH_MAX = 15.0  # inches: 2,250 px at SAVE_DPI, under the layout rules' 2,400 with the save padding
 STYLE = {  # the layout rules' 8 pt floor, everywhere
-    "font.size": 9, "axes.titlesize": 9, "axes.labelsize": 9, "xtick.labelsize": 8, "ytick.labelsize": 8,
-    "legend.fontsize": 8, "legend.title_fontsize": 8, "figure.titlesize": 11,
+    "font.size": 9,
+    "axes.titlesize": 9,
+    "axes.labelsize": 9,
+    "xtick.labelsize": 8,
+    "ytick.labelsize": 8,
+    "legend.fontsize": 8,
+    "legend.title_fontsize": 8,
+    "figure.titlesize": 11,
 }
 QUESTION_MODE_STYLES = {
     "question_aware": {"color": "#0072B2", "marker": "o"},
@@ -107,7 +124,9 @@ def _catalogue_slots() -> dict[str, tuple[str, int, int]]:
 METHOD_SLOTS = _catalogue_slots()
 FAMILIES = list(dict.fromkeys(family for family, _, _ in METHOD_SLOTS.values())) + [CUSTOM]
 # Parts family by family (the catalogue's order of families): the order of markers.
-PARTS = sorted(set((family, part) for family, part, _ in METHOD_SLOTS.values()), key=lambda fp: (FAMILIES.index(fp[0]), fp[1]))
+PARTS = sorted(
+    set((family, part) for family, part, _ in METHOD_SLOTS.values()), key=lambda fp: (FAMILIES.index(fp[0]), fp[1])
+)
 PARTS += [(CUSTOM, 0), (CUSTOM, 1)]
 
 
@@ -158,10 +177,12 @@ def families_of(methods: list[str]) -> list[tuple[str, list[str]]]:
 
 def _styled(draw):
     """Build the figure under the figures' font sizes (matplotlib reads them when each text is made)."""
+
     @wraps(draw)
     def styled(*args, **kwargs):
         with plt.rc_context(STYLE):
             return draw(*args, **kwargs)
+
     return styled
 
 
@@ -242,7 +263,16 @@ def flagged_lines(summary: pd.DataFrame) -> list[str]:
     for row in summary.itertuples():
         if warnings := cell_warnings(row):
             measured = tuple(warning.split(", asked")[0] for warning in warnings)
-            key = (row.model, row.dataset, row.task, row.question_mode, row.batch_size, row.decode_batch_size, row.method, measured)
+            key = (
+                row.model,
+                row.dataset,
+                row.task,
+                row.question_mode,
+                row.batch_size,
+                row.decode_batch_size,
+                row.method,
+                measured,
+            )
             flagged.setdefault(key, []).append(float(row.retention))
     lines = [
         f"{label(method)} asked {', '.join(retention_percent(r) for r in sorted(asked, reverse=True))} "
@@ -258,7 +288,9 @@ def _canvas(width: float, height: float, title: str | None = None, notes=(), fla
     subfigure of its own height, so constrained layout keeps it clear of panels and legends."""
     width = min(width, FIGURE_WIDTH_MAX)
     notes, flagged = _wrap(list(notes), width - 0.2), _wrap(list(flagged), width - 0.2)
-    caption_height = _text_height(len(notes) + len(flagged) + (1 if notes and flagged else 0)) + (0.25 if notes or flagged else 0)
+    caption_height = _text_height(len(notes) + len(flagged) + (1 if notes and flagged else 0)) + (
+        0.25 if notes or flagged else 0
+    )
     figure = plt.figure(figsize=(width, height + caption_height), layout="constrained")
     if not caption_height:
         content = figure
@@ -266,12 +298,28 @@ def _canvas(width: float, height: float, title: str | None = None, notes=(), fla
         content, caption = figure.subfigures(2, 1, height_ratios=[height, caption_height])
         top = 1 - 0.1 / caption_height
         if notes:
-            caption.text(0.01, top, "\n".join(notes), va="top", ha="left", fontsize=CAPTION_PT, color="#333333",
-                         linespacing=LINE_EM / 1.2)
+            caption.text(
+                0.01,
+                top,
+                "\n".join(notes),
+                va="top",
+                ha="left",
+                fontsize=CAPTION_PT,
+                color="#333333",
+                linespacing=LINE_EM / 1.2,
+            )
             top -= _text_height(len(notes) + 1) / caption_height
         if flagged:
-            caption.text(0.01, top, "\n".join(flagged), va="top", ha="left", fontsize=CAPTION_PT, color="firebrick",
-                         linespacing=LINE_EM / 1.2)
+            caption.text(
+                0.01,
+                top,
+                "\n".join(flagged),
+                va="top",
+                ha="left",
+                fontsize=CAPTION_PT,
+                color="firebrick",
+                linespacing=LINE_EM / 1.2,
+            )
     if title:
         content.suptitle(title, fontsize=STYLE["figure.titlesize"])
     return figure, content
@@ -292,22 +340,36 @@ def _legend_columns(labels: list[str], width_inches: float) -> int:
 
 def _row_major(items: list, columns: int) -> list:
     """``items`` reordered so that a legend, which fills column by column, reads left to right, row by row."""
-    return [items[row * columns + column] for column in range(columns) for row in range(len(items))
-            if row * columns + column < len(items)]
+    return [
+        items[row * columns + column]
+        for column in range(columns)
+        for row in range(len(items))
+        if row * columns + column < len(items)
+    ]
 
 
-def _legend(target, handles, labels, title: str | None, width_inches: float, loc: str = "outside lower center",
-            columns: int | None = None) -> None:
+def _legend(
+    target,
+    handles,
+    labels,
+    title: str | None,
+    width_inches: float,
+    loc: str = "outside lower center",
+    columns: int | None = None,
+) -> None:
     """One legend for the whole figure (or block): a method keeps its colour in every panel, so once is enough."""
     if not handles:
         return
     columns = columns or _legend_columns(labels, width_inches)
     order = _row_major(list(range(len(handles))), columns)
-    target.legend([handles[i] for i in order], [labels[i] for i in order], loc=loc, ncols=columns, title=title,
-                  frameon=False)
+    target.legend(
+        [handles[i] for i in order], [labels[i] for i in order], loc=loc, ncols=columns, title=title, frameon=False
+    )
 
 
-def _fit(values, floor: float = -2.0, ceiling: float = 102.0, pad: float = 0.08, minimum: float = 6.0) -> tuple[float, float]:
+def _fit(
+    values, floor: float = -2.0, ceiling: float = 102.0, pad: float = 0.08, minimum: float = 6.0
+) -> tuple[float, float]:
     """Axis limits around ``values`` (scores or differences, x100) with a margin, inside the metric's range."""
     values = [float(v) for v in values if not pd.isna(v)]
     if not values:
@@ -342,14 +404,35 @@ def point_offsets(lines: dict[str, pd.DataFrame]) -> dict[str, float]:
     return offsets
 
 
-def _draw_line(ax, line: pd.DataFrame, y: str, low: str, high: str, label: str, style: dict, band_alpha: float,
-               offset: float = 0.0, linewidth: float = 1.6, zorder: float = 3) -> None:
+def _draw_line(
+    ax,
+    line: pd.DataFrame,
+    y: str,
+    low: str,
+    high: str,
+    label: str,
+    style: dict,
+    band_alpha: float,
+    offset: float = 0.0,
+    linewidth: float = 1.6,
+    zorder: float = 3,
+) -> None:
     """A method's line with its interval as a band, or, measured at one retention, its point with an error bar."""
     x = (line["retention"] * 100 + offset).to_numpy()
     if len(line) == 1:
         errors = np.vstack([(line[y] - line[low]).to_numpy(), (line[high] - line[y]).to_numpy()])
-        ax.errorbar(x, line[y].to_numpy(), yerr=errors, label=label, linestyle="none", markersize=5, capsize=2.5,
-                    elinewidth=max(1.0, linewidth - 0.6), zorder=zorder, **style)
+        ax.errorbar(
+            x,
+            line[y].to_numpy(),
+            yerr=errors,
+            label=label,
+            linestyle="none",
+            markersize=5,
+            capsize=2.5,
+            elinewidth=max(1.0, linewidth - 0.6),
+            zorder=zorder,
+            **style,
+        )
         return
     ax.plot(x, line[y], label=label, linewidth=linewidth, markersize=5, zorder=zorder, **style)
     ax.fill_between(x, line[low], line[high], color=style["color"], alpha=band_alpha, linewidth=0, zorder=zorder - 1)
@@ -358,8 +441,17 @@ def _draw_line(ax, line: pd.DataFrame, y: str, low: str, high: str, label: str, 
 def _draw_faint(ax, line: pd.DataFrame, y: str, offset: float = 0.0) -> None:
     """A method outside the versus view: behind the others, grey, no band (ranking.md names it)."""
     x = (line["retention"] * 100 + offset).to_numpy()
-    ax.plot(x, line[y], color=FAINT_COLOUR, linewidth=0.9, marker="." if len(line) == 1 else None, markersize=4,
-            alpha=0.8, zorder=1, label="_faint")
+    ax.plot(
+        x,
+        line[y],
+        color=FAINT_COLOUR,
+        linewidth=0.9,
+        marker="." if len(line) == 1 else None,
+        markersize=4,
+        alpha=0.8,
+        zorder=1,
+        label="_faint",
+    )
 
 
 def _full_cache_reference(ax, panel: pd.DataFrame, label: str) -> pd.Series | None:
@@ -373,7 +465,9 @@ def _full_cache_reference(ax, panel: pd.DataFrame, label: str) -> pd.Series | No
 
 
 def _faint_handle(count: int) -> tuple[Line2D, str]:
-    return Line2D([], [], color=FAINT_COLOUR, linewidth=0.9), f"{count} other methods, faint (results/tables/ranking.md)"
+    return Line2D(
+        [], [], color=FAINT_COLOUR, linewidth=0.9
+    ), f"{count} other methods, faint (results/tables/ranking.md)"
 
 
 def _drawn_retentions(rows: pd.DataFrame):
@@ -391,13 +485,21 @@ def _constant(rows: pd.DataFrame) -> bool:
 def _constant_note(rows: pd.DataFrame, label, what: str) -> str:
     dataset, task, model = rows[["dataset", "task", "model"]].iloc[0]
     methods = ", ".join(dict.fromkeys(label(m) for m in rows["method"]))
-    return (f"{_group_label(dataset, task, model)} · {what}: every cell ({methods}) scored {rows['score'].iloc[0]:g} on "
-            "every example: no panel is drawn.")
+    return (
+        f"{_group_label(dataset, task, model)} · {what}: every cell ({methods}) scored {rows['score'].iloc[0]:g} on "
+        "every example: no panel is drawn."
+    )
 
 
 @_styled
-def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_alpha: float = 0.15, highlight=(),
-                         strongest: int = STRONGEST, labels: dict[str, str] | None = None):
+def quality_vs_retention(
+    summary: pd.DataFrame,
+    title: str | None = None,
+    band_alpha: float = 0.15,
+    highlight=(),
+    strongest: int = STRONGEST,
+    labels: dict[str, str] | None = None,
+):
     """Score against the share of the prompt's KV cache kept: a row per dataset/task/model, a panel per question
     mode (aware, agnostic, other, same: the order a reader compares them in), all on the same axes.
 
@@ -412,7 +514,9 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
     notes = []
     for _, rows in frame.groupby(["dataset", "task", "model"]):
         if _constant(rows):  # a row of panels with no variation is a sentence instead
-            notes.append(_constant_note(rows, label, ", ".join(_mode_label(m) for m in modes_in_order(rows["question_mode"]))))
+            notes.append(
+                _constant_note(rows, label, ", ".join(_mode_label(m) for m in modes_in_order(rows["question_mode"])))
+            )
             frame = frame.drop(rows.index)
     if frame.empty:
         return _empty_figure("\n".join(notes), title)
@@ -446,29 +550,57 @@ def quality_vs_retention(summary: pd.DataFrame, title: str | None = None, band_a
             for method in coloured:
                 if method in lines:
                     bold = method in emphasised
-                    _draw_line(ax, lines[method], "score", "ci_low", "ci_high", label(method), method_style(method),
-                               band_alpha, offsets.get(method, 0.0), linewidth=2.8 if bold else 1.6, zorder=5 if bold else 3)
+                    _draw_line(
+                        ax,
+                        lines[method],
+                        "score",
+                        "ci_low",
+                        "ci_high",
+                        label(method),
+                        method_style(method),
+                        band_alpha,
+                        offsets.get(method, 0.0),
+                        linewidth=2.8 if bold else 1.6,
+                        zorder=5 if bold else 3,
+                    )
             for handle, text in zip(*ax.get_legend_handles_labels()):
                 handles.setdefault(text, handle)
             _retention_ticks(ax, _drawn_retentions(rows), any(offsets.values()))
             ax.set_ylim(low, high)
-            ax.set_title(f"{_mode_label(mode)} · {_n_text(panel)}" if not panel.empty else f"{_mode_label(mode)}: not run")
+            ax.set_title(
+                f"{_mode_label(mode)} · {_n_text(panel)}" if not panel.empty else f"{_mode_label(mode)}: not run"
+            )
             ax.grid(alpha=0.3)
             if c == 0:
                 ax.set_ylabel(f"{model}\n{dataset}/{task}\n{rows['metric'].iloc[0]} x100 (higher is better)")
     legend = [(handles[t], t) for t in entries if t in handles]
     if faint:
         legend.append(_faint_handle(len(faint)))
-    legend_title = (f"In order of mean score ({_mode_label(modes[0])});\nshading or whiskers: 95% bootstrap interval" if beside
-                    else f"In order of mean score ({_mode_label(modes[0])}); shading or whiskers: 95% bootstrap interval")
-    _legend(content, [h for h, _ in legend], [t for _, t in legend], legend_title, width,
-            loc="outside right upper" if beside else "outside lower center", columns=columns)
+    legend_title = (
+        f"In order of mean score ({_mode_label(modes[0])});\nshading or whiskers: 95% bootstrap interval"
+        if beside
+        else f"In order of mean score ({_mode_label(modes[0])}); shading or whiskers: 95% bootstrap interval"
+    )
+    _legend(
+        content,
+        [h for h, _ in legend],
+        [t for _, t in legend],
+        legend_title,
+        width,
+        loc="outside right upper" if beside else "outside lower center",
+        columns=columns,
+    )
     return figure
 
 
 @_styled
-def quality_by_family(summary: pd.DataFrame, title: str | None = None, band_alpha: float = 0.15, highlight=(),
-                      labels: dict[str, str] | None = None):
+def quality_by_family(
+    summary: pd.DataFrame,
+    title: str | None = None,
+    band_alpha: float = 0.15,
+    highlight=(),
+    labels: dict[str, str] | None = None,
+):
     """The appendix: every method in colour, one panel per method family (never split), each with the full
     cache and the highlighted methods, a block of panels per dataset/task/model and question mode."""
     frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
@@ -490,7 +622,9 @@ def quality_by_family(summary: pd.DataFrame, title: str | None = None, band_alph
         rows = _panel_rows(frame, *block[0], block[1])
         scores = mean_scores(rows)
         families = families_of(methods_in_order(rows["method"]))
-        contents[block] = [(family, by_score(members, scores)) for family, members in families if set(members) - set(highlighted)]
+        contents[block] = [
+            (family, by_score(members, scores)) for family, members in families if set(members) - set(highlighted)
+        ]
     blocks = [block for block in blocks if contents[block]]
     n_cols = min(PANEL_COLUMNS, max(len(panels) for panels in contents.values()))
 
@@ -500,7 +634,7 @@ def quality_by_family(summary: pd.DataFrame, title: str | None = None, band_alph
     heights = []
     for block in blocks:
         panels = contents[block]
-        rows_of = [panels[i:i + n_cols] for i in range(0, len(panels), n_cols)]
+        rows_of = [panels[i : i + n_cols] for i in range(0, len(panels), n_cols)]
         heights.append(sum(max(panel_height(members) for _, members in row) for row in rows_of) + 0.4)
     title = title and "\n".join(_wrap([title], 5.0 * n_cols, STYLE["figure.titlesize"]))
     figure, content = _canvas(5.0 * n_cols, sum(heights), title, notes=notes, flagged=flagged_lines(frame))
@@ -511,7 +645,7 @@ def quality_by_family(summary: pd.DataFrame, title: str | None = None, band_alph
         low, high = _fit(list(rows["ci_low"]) + list(rows["ci_high"]))
         panels = contents[block]
         axes = sub.subplots(math.ceil(len(panels) / n_cols), n_cols, squeeze=False, sharey=True).flatten()
-        for ax in axes[len(panels):]:
+        for ax in axes[len(panels) :]:
             ax.set_visible(False)
         for k, (ax, (family, members)) in enumerate(zip(axes, panels)):
             _full_cache_reference(ax, rows, f"{label(BASELINE_METHOD)} (100% kept)")
@@ -521,8 +655,19 @@ def quality_by_family(summary: pd.DataFrame, title: str | None = None, band_alph
             offsets = point_offsets(lines)
             for method, line in lines.items():
                 bold = method in highlighted
-                _draw_line(ax, line, "score", "ci_low", "ci_high", label(method), method_style(method), band_alpha,
-                           offsets.get(method, 0.0), linewidth=2.8 if bold else 1.6, zorder=5 if bold else 3)
+                _draw_line(
+                    ax,
+                    line,
+                    "score",
+                    "ci_low",
+                    "ci_high",
+                    label(method),
+                    method_style(method),
+                    band_alpha,
+                    offsets.get(method, 0.0),
+                    linewidth=2.8 if bold else 1.6,
+                    zorder=5 if bold else 3,
+                )
             _retention_ticks(ax, _drawn_retentions(rows), any(offsets.values()))
             ax.set_ylim(low, high)
             ax.set_title(f"{family} ({len(members)})")
@@ -531,16 +676,29 @@ def quality_by_family(summary: pd.DataFrame, title: str | None = None, band_alph
                 ax.set_ylabel(f"{rows['metric'].iloc[0]} x100")
             handles, texts = ax.get_legend_handles_labels()
             order = _row_major(list(range(len(handles))), 2)
-            ax.legend([handles[i] for i in order], [texts[i] for i in order], loc="upper center",
-                      bbox_to_anchor=(0.5, -0.16), ncols=2, frameon=False)
+            ax.legend(
+                [handles[i] for i in order],
+                [texts[i] for i in order],
+                loc="upper center",
+                bbox_to_anchor=(0.5, -0.16),
+                ncols=2,
+                frameon=False,
+            )
         heading = f"{_group_label(dataset, task, model)} · {_mode_label(mode)} · {_n_text(rows)}"
         sub.suptitle("\n".join(_wrap([heading], 5.0 * n_cols, 10)), fontsize=10)
     return figure
 
 
 @_styled
-def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_alpha: float = 0.5,
-                   max_columns: int = 4, highlight=(), strongest: int = STRONGEST, labels: dict[str, str] | None = None):
+def paired_scatter(
+    per_example: pd.DataFrame,
+    title: str | None = None,
+    point_alpha: float = 0.5,
+    max_columns: int = 4,
+    highlight=(),
+    strongest: int = STRONGEST,
+    labels: dict[str, str] | None = None,
+):
     """Each example's score with a method (y) against its score with full cache (x), same example.
 
     Points above the diagonal are examples the method answered better than the full cache. The counts of
@@ -578,8 +736,11 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
                 "(summary.md gives each method's paired difference to it)."
             )
     if faint:
-        notes.append(f"{len(faint)} methods outside the versus view are not drawn: "
-                     + ", ".join(label(m) for m in methods_in_order(faint)) + " (results/tables/per_example.csv).")
+        notes.append(
+            f"{len(faint)} methods outside the versus view are not drawn: "
+            + ", ".join(label(m) for m in methods_in_order(faint))
+            + " (results/tables/per_example.csv)."
+        )
     if not blocks:
         return _empty_figure("\n".join(notes), title)
     retentions = sorted(paired["retention"].unique(), reverse=True)
@@ -593,7 +754,7 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
     for ((dataset, task, model), mode, methods), sub in zip(blocks, subfigures):
         rows = _panel_rows(paired, dataset, task, model, mode)
         axes = sub.subplots(math.ceil(len(methods) / n_cols), n_cols, squeeze=False, sharex=True, sharey=True).flatten()
-        for ax in axes[len(methods):]:
+        for ax in axes[len(methods) :]:
             ax.set_visible(False)
         metric = rows["metric"].iloc[0]
         for k, (ax, method) in enumerate(zip(axes, methods)):
@@ -602,15 +763,24 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
             for j, retention in enumerate(retentions):
                 points = cell[cell["retention"] == retention]
                 if not points.empty:
-                    ax.scatter(points["full_score"] * 100, points["score"] * 100, s=16, alpha=point_alpha,
-                               color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)], marker=MARKERS[j % len(MARKERS)],
-                               label=f"{retention:.0%} kept", edgecolors="none")
+                    ax.scatter(
+                        points["full_score"] * 100,
+                        points["score"] * 100,
+                        s=16,
+                        alpha=point_alpha,
+                        color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)],
+                        marker=MARKERS[j % len(MARKERS)],
+                        label=f"{retention:.0%} kept",
+                        edgecolors="none",
+                    )
             better = int((cell["score"] > cell["full_score"]).sum())
             worse = int((cell["score"] < cell["full_score"]).sum())
             tied = len(cell) - better - worse
             # the counts in the title: inside the panel they would cover the points at its corners
-            ax.set_title(f"{label(method)}\nbetter {better} · worse {worse} · tied {tied}",
-                         fontweight="bold" if method in highlight else None)
+            ax.set_title(
+                f"{label(method)}\nbetter {better} · worse {worse} · tied {tied}",
+                fontweight="bold" if method in highlight else None,
+            )
             if k + n_cols >= len(methods):  # bottom row of this block
                 ax.set_xlabel(f"full cache: {metric} x100")
             if k % n_cols == 0:
@@ -620,17 +790,33 @@ def paired_scatter(per_example: pd.DataFrame, title: str | None = None, point_al
             ax.set_aspect("equal")
             ax.grid(alpha=0.3)
         sub.suptitle(f"{_group_label(dataset, task, model)} · {_mode_label(mode)}", fontsize=10)
-    handles = [Line2D([], [], linestyle="none", color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)],
-                      marker=MARKERS[j % len(MARKERS)]) for j in range(len(retentions))]
-    _legend(legend_row, handles, [f"{r:.0%} kept" for r in retentions],
-            "one point per example and retention; better/worse/tied count examples x retentions", width, loc="center")
+    handles = [
+        Line2D(
+            [],
+            [],
+            linestyle="none",
+            color=RETENTION_COLOURS[j % len(RETENTION_COLOURS)],
+            marker=MARKERS[j % len(MARKERS)],
+        )
+        for j in range(len(retentions))
+    ]
+    _legend(
+        legend_row,
+        handles,
+        [f"{r:.0%} kept" for r in retentions],
+        "one point per example and retention; better/worse/tied count examples x retentions",
+        width,
+        loc="center",
+    )
     return figure
 
 
 def _no_change(panel: pd.DataFrame) -> bool:
     """Every setting compared with the reference scored the same on every example (Δ and its interval 0)."""
     compared = panel[panel["diff_vs_full"].notna()]
-    return not compared.empty and bool(((compared[["diff_vs_full", "diff_ci_low", "diff_ci_high"]] == 0).all(axis=1)).all())
+    return not compared.empty and bool(
+        ((compared[["diff_vs_full", "diff_ci_low", "diff_ci_high"]] == 0).all(axis=1)).all()
+    )
 
 
 @_styled
@@ -645,15 +831,26 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
     if frame.empty or len(frame.groupby(["batch_size", "decode_batch_size"])) < 2:
         return _empty_figure(
             "Only one batch size was run for the full cache: nothing to compare. "
-            "Set batch_size_overrides: {full_cache: [1, 4]} in the config.", title)
+            "Set batch_size_overrides: {full_cache: [1, 4]} in the config.",
+            title,
+        )
     modes = modes_in_order(frame["question_mode"])
-    groups = sorted(frame.groupby(["dataset", "task", "model", "question_mode"]).groups, key=lambda g: (g[:3], modes.index(g[3])))
+    groups = sorted(
+        frame.groupby(["dataset", "task", "model", "question_mode"]).groups, key=lambda g: (g[:3], modes.index(g[3]))
+    )
     panels, unchanged = [], {}
     for dataset, task, model, mode in groups:
-        panel = frame[(frame["dataset"] == dataset) & (frame["task"] == task) & (frame["model"] == model)
-                      & (frame["question_mode"] == mode)].sort_values(["batch_size", "decode_batch_size"])
+        panel = frame[
+            (frame["dataset"] == dataset)
+            & (frame["task"] == task)
+            & (frame["model"] == model)
+            & (frame["question_mode"] == mode)
+        ].sort_values(["batch_size", "decode_batch_size"])
         if _no_change(panel):
-            settings = [setting_label(b, d).replace("\n", " · ") for b, d in zip(panel["batch_size"], panel["decode_batch_size"])]
+            settings = [
+                setting_label(b, d).replace("\n", " · ")
+                for b, d in zip(panel["batch_size"], panel["decode_batch_size"])
+            ]
             unchanged.setdefault((dataset, task, model, tuple(settings)), []).append(mode)
         else:
             panels.append(((dataset, task, model, mode), panel))
@@ -666,9 +863,11 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
         return _empty_figure("\n".join(notes), title)
     n_cols = min(4, len(panels))
     n_rows = math.ceil(len(panels) / n_cols)
-    figure, content = _canvas(max(6.5, 3.8 * n_cols), 3.8 * n_rows + 0.5, title, notes=notes, flagged=flagged_lines(frame))
+    figure, content = _canvas(
+        max(6.5, 3.8 * n_cols), 3.8 * n_rows + 0.5, title, notes=notes, flagged=flagged_lines(frame)
+    )
     axes = content.subplots(n_rows, n_cols, squeeze=False)
-    for ax in axes.flat[len(panels):]:
+    for ax in axes.flat[len(panels) :]:
         ax.set_visible(False)
     for ax, ((dataset, task, model, mode), panel) in zip(axes.flat, panels):
         positions = np.arange(len(panel))
@@ -695,7 +894,9 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
 
 def _question_change_costs(per_example: pd.DataFrame, compared: list[str], seed: int, n_resamples: int) -> pd.DataFrame:
     """question_aware - each other mode, paired on the same examples, one table with a ``versus`` column."""
-    tables = [question_change_cost(per_example, seed, n_resamples, against=mode).assign(versus=mode) for mode in compared]
+    tables = [
+        question_change_cost(per_example, seed, n_resamples, against=mode).assign(versus=mode) for mode in compared
+    ]
     tables = [t for t in tables if not t.empty]
     return pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
 
@@ -705,9 +906,17 @@ ROW_INCHES = 0.3  # a method's row in the dot plot: readable at forty methods
 
 
 @_styled
-def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str | None = None, band_alpha: float = 0.15,
-                    seed: int = 0, n_resamples: int = 10_000, highlight=(), strongest: int = STRONGEST,
-                    labels: dict[str, str] | None = None):
+def question_change(
+    summary: pd.DataFrame,
+    per_example: pd.DataFrame,
+    title: str | None = None,
+    band_alpha: float = 0.15,
+    seed: int = 0,
+    n_resamples: int = 10_000,
+    highlight=(),
+    strongest: int = STRONGEST,
+    labels: dict[str, str] | None = None,
+):
     """What changing the question costs each method, at one retention or many.
 
     Per retention (a block), one row per method, sorted by its question-aware score: left, a dot per question
@@ -720,7 +929,11 @@ def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str
     examples = _one_decode_batch(per_example[per_example["batch_size"] == BASELINE_BATCH_SIZE])
     modes = modes_in_order(frame["question_mode"]) if not frame.empty else []
     compared = [m for m in modes if m != "question_aware"]
-    costs = _question_change_costs(examples, compared, seed, n_resamples) if "question_aware" in modes and compared else pd.DataFrame()
+    costs = (
+        _question_change_costs(examples, compared, seed, n_resamples)
+        if "question_aware" in modes and compared
+        else pd.DataFrame()
+    )
     if costs.empty:
         return _empty_figure("No method ran question_aware and another question mode on the same examples.", title)
     label = labeller(summary, labels)
@@ -743,10 +956,19 @@ def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str
     if not blocks:
         return _empty_figure("\n".join(notes), title)
     width = 12.5
-    entries = [MODE_WORDS[m] for m in modes if m in QUESTION_MODE_STYLES] + ["full cache, question-aware (band: 95% interval)"]
-    legend_height = _text_height(math.ceil(len(entries) / _legend_columns(entries, width)) + 2, STYLE["legend.fontsize"]) + 0.2
-    figure, content = _canvas(width, sum(height for *_, height in blocks) + legend_height + 0.4, title, notes=notes,
-                              flagged=flagged_lines(frame))
+    entries = [MODE_WORDS[m] for m in modes if m in QUESTION_MODE_STYLES] + [
+        "full cache, question-aware (band: 95% interval)"
+    ]
+    legend_height = (
+        _text_height(math.ceil(len(entries) / _legend_columns(entries, width)) + 2, STYLE["legend.fontsize"]) + 0.2
+    )
+    figure, content = _canvas(
+        width,
+        sum(height for *_, height in blocks) + legend_height + 0.4,
+        title,
+        notes=notes,
+        flagged=flagged_lines(frame),
+    )
     subfigures = content.subfigures(len(blocks), 1, height_ratios=[h for *_, h in blocks], squeeze=False)[:, 0]
     for (group, retention, _), sub in zip(blocks, subfigures):
         cells = _panel_rows(compressed, *group)
@@ -756,11 +978,24 @@ def question_change(summary: pd.DataFrame, per_example: pd.DataFrame, title: str
         if retention is None:
             _question_change_lines(sub, group_costs, compared, cells, label, highlight, strongest, band_alpha)
         else:
-            _question_change_dots(sub, cells[cells["retention"] == retention], group_costs[group_costs["retention"] == retention],
-                                  modes, compared, full, label, highlight)
+            _question_change_dots(
+                sub,
+                cells[cells["retention"] == retention],
+                group_costs[group_costs["retention"] == retention],
+                modes,
+                compared,
+                full,
+                label,
+                highlight,
+            )
     handles = [Line2D([], [], linestyle="none", **QUESTION_MODE_STYLES[m]) for m in modes if m in QUESTION_MODE_STYLES]
-    _legend(content, handles + [Line2D([], [], color=FULL_CACHE_COLOUR, linestyle="--")], entries,
-            "Dots: score, 95% bootstrap interval. Right: question-aware minus that mode, paired, 95% interval", width)
+    _legend(
+        content,
+        handles + [Line2D([], [], color=FULL_CACHE_COLOUR, linestyle="--")],
+        entries,
+        "Dots: score, 95% bootstrap interval. Right: question-aware minus that mode, paired, 95% interval",
+        width,
+    )
     return figure
 
 
@@ -777,13 +1012,29 @@ def _question_change_dots(sub, cells, costs, modes, compared, full, label, highl
     for k, mode in enumerate(modes):
         points = cells[(cells["question_mode"] == mode) & cells["method"].isin(rows)]
         y = np.array([rows[m] for m in points["method"]]) + (len(modes) - 1 - 2 * k) / 2 * MODE_DODGE
-        left.errorbar(points["score"], y, xerr=[points["score"] - points["ci_low"], points["ci_high"] - points["score"]],
-                      linestyle="none", markersize=5, capsize=2, elinewidth=1.0, **QUESTION_MODE_STYLES[mode])
+        left.errorbar(
+            points["score"],
+            y,
+            xerr=[points["score"] - points["ci_low"], points["ci_high"] - points["score"]],
+            linestyle="none",
+            markersize=5,
+            capsize=2,
+            elinewidth=1.0,
+            **QUESTION_MODE_STYLES[mode],
+        )
     for k, mode in enumerate(compared):
         points = costs[(costs["versus"] == mode) & costs["method"].isin(rows)]
         y = np.array([rows[m] for m in points["method"]]) + (len(compared) - 1 - 2 * k) / 2 * MODE_DODGE
-        right.errorbar(points["diff"], y, xerr=[points["diff"] - points["diff_ci_low"], points["diff_ci_high"] - points["diff"]],
-                       linestyle="none", markersize=5, capsize=2, elinewidth=1.0, **QUESTION_MODE_STYLES[mode])
+        right.errorbar(
+            points["diff"],
+            y,
+            xerr=[points["diff"] - points["diff_ci_low"], points["diff_ci_high"] - points["diff"]],
+            linestyle="none",
+            markersize=5,
+            capsize=2,
+            elinewidth=1.0,
+            **QUESTION_MODE_STYLES[mode],
+        )
     right.axvline(0, color="#555555", linewidth=0.9)
     for ax in (left, right):
         for y in range(1, len(methods)):  # a rule between methods: each row's dots read as one method's
@@ -801,8 +1052,11 @@ def _question_change_dots(sub, cells, costs, modes, compared, full, label, highl
     right.set_xlabel("question-aware minus that mode (x100, paired)")
     dataset, task, model = cells[["dataset", "task", "model"]].iloc[0]
     retention = float(cells["retention"].iloc[0])
-    sub.suptitle(f"{_group_label(dataset, task, model)} · {round(100 * retention, 6):g}% of the KV cache kept · "
-                 f"{_n_text(costs, 'n_paired').replace('n =', 'n paired =')}", fontsize=10)
+    sub.suptitle(
+        f"{_group_label(dataset, task, model)} · {round(100 * retention, 6):g}% of the KV cache kept · "
+        f"{_n_text(costs, 'n_paired').replace('n =', 'n paired =')}",
+        fontsize=10,
+    )
 
 
 def _question_change_lines(sub, costs, compared, cells, label, highlight, strongest, band_alpha) -> None:
@@ -822,8 +1076,18 @@ def _question_change_lines(sub, costs, compared, cells, label, highlight, strong
             line = rows[rows["method"] == method].sort_values("retention")
             if not line.empty:
                 bold = method in highlight
-                _draw_line(ax, line, "diff", "diff_ci_low", "diff_ci_high", label(method), method_style(method), band_alpha,
-                           linewidth=2.8 if bold else 1.6, zorder=5 if bold else 3)
+                _draw_line(
+                    ax,
+                    line,
+                    "diff",
+                    "diff_ci_low",
+                    "diff_ci_high",
+                    label(method),
+                    method_style(method),
+                    band_alpha,
+                    linewidth=2.8 if bold else 1.6,
+                    zorder=5 if bold else 3,
+                )
         _retention_ticks(ax, costs["retention"], False)
         ax.set_ylim(low, high)
         ax.set_title(f"question-aware minus {_mode_label(mode)}")
@@ -833,7 +1097,12 @@ def _question_change_lines(sub, costs, compared, cells, label, highlight, strong
     keep = [(h, t) for h, t in zip(handles, texts) if not t.startswith("_")]
     if faint:
         keep.append(_faint_handle(len(faint)))
-    sub.legend([h for h, _ in keep], [t for _, t in keep], loc="outside right upper", frameon=False,
-               title="shading: 95% paired interval")
+    sub.legend(
+        [h for h, _ in keep],
+        [t for _, t in keep],
+        loc="outside right upper",
+        frameon=False,
+        title="shading: 95% paired interval",
+    )
     dataset, task, model = cells[["dataset", "task", "model"]].iloc[0]
     sub.suptitle(f"{_group_label(dataset, task, model)} · against the KV cache kept", fontsize=10)

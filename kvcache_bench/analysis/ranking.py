@@ -66,7 +66,11 @@ def _table(rows: pd.DataFrame, full: pd.Series | None, label) -> list[str]:
         )
     for row in rows.itertuples():
         diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"
-        kept = "" if pd.isna(getattr(row, "effective_retention", float("nan"))) else retention_percent(round(row.effective_retention, 4))
+        kept = (
+            ""
+            if pd.isna(getattr(row, "effective_retention", float("nan")))
+            else retention_percent(round(row.effective_retention, 4))
+        )
         if bool(getattr(row, "retention_off", False)):
             kept += f" (asked {retention_percent(row.retention)})"
         flags = [w for w in cell_warnings(row) if not w.startswith("KV kept")]  # the column says it
@@ -101,19 +105,23 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
     frame = frame[frame["n"] > 0]
     if not empty.empty:
         lines += [
-            f"> **{len(empty)} cells have no example to score and are not ranked:** " + "; ".join(
+            f"> **{len(empty)} cells have no example to score and are not ranked:** "
+            + "; ".join(
                 f"{label(r.method)} {retention_percent(r.retention)} {r.question_mode}" for r in empty.itertuples()
-            ) + " (other_question and same_question use only contexts with two or more questions).",
+            )
+            + " (other_question and same_question use only contexts with two or more questions).",
             "",
         ]
     incomplete = frame[frame["incomplete"].astype(bool)]
     frame = frame[~frame["incomplete"].astype(bool)]
     if not incomplete.empty:
         lines += [
-            f"> **{len(incomplete)} incomplete cells are not ranked:** " + "; ".join(
+            f"> **{len(incomplete)} incomplete cells are not ranked:** "
+            + "; ".join(
                 f"{label(r.method)} {retention_percent(r.retention)} {r.question_mode} ({r.n} of {r.expected_n})"
                 for r in incomplete.itertuples()
-            ) + ".",
+            )
+            + ".",
             "",
         ]
     small = frame[frame["small_n"].astype(bool)]
@@ -127,7 +135,10 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
     if frame.empty:
         return "\n".join(lines + ["No complete batch-1 cells to rank.", ""])
     # question modes in the order a reader compares them (aware, agnostic, other, same), not alphabetical
-    groups = sorted(frame.groupby(GROUP, sort=True), key=lambda item: (item[0][:3], modes_in_order(frame["question_mode"]).index(item[0][3])))
+    groups = sorted(
+        frame.groupby(GROUP, sort=True),
+        key=lambda item: (item[0][:3], modes_in_order(frame["question_mode"]).index(item[0][3])),
+    )
     for (dataset, task, model, mode), group in groups:
         metric = group["metric"].iloc[0]
         full_rows = group[group["method"] == BASELINE_METHOD]

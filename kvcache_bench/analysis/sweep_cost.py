@@ -39,7 +39,9 @@ def _summary(cells: list[tuple[float, float, list[dict]]], loads: float) -> dict
         "work_seconds": round(work, 2),
         "cell_warmup_seconds": round(warmup, 2),
         "wall_over_work_plus_loads": round(wall / (work + loads), 2) if work + loads else None,
-        "wall_over_work_plus_loads_and_warmups": round(wall / (work + loads + warmup), 2) if work + loads + warmup else None,
+        "wall_over_work_plus_loads_and_warmups": round(wall / (work + loads + warmup), 2)
+        if work + loads + warmup
+        else None,
     }
 
 
@@ -60,8 +62,16 @@ def sweep_cost(predictions: list[str], benchmarks: list[str]) -> dict:
             own_loads += 1
     loads = sum(workers.values())
     whole = _summary(cells, loads)
-    per_worker = [{"host": key[0], "pid": key[1], "loaded_at": key[2], "worker_start_seconds": round(workers[key], 2),
-                   **_summary(group, workers[key])} for key, group in sorted(by_worker.items(), key=lambda item: item[0][2])]
+    per_worker = [
+        {
+            "host": key[0],
+            "pid": key[1],
+            "loaded_at": key[2],
+            "worker_start_seconds": round(workers[key], 2),
+            **_summary(group, workers[key]),
+        }
+        for key, group in sorted(by_worker.items(), key=lambda item: item[0][2])
+    ]
     return {
         **{k: whole[k] for k in ("cells", "examples", "wall_seconds", "work_seconds", "cell_warmup_seconds")},
         "model_workers": len(workers),

@@ -66,7 +66,10 @@ def mean_scores(frame: pd.DataFrame) -> dict[str, float]:
     rows = frame[(frame["question_mode"] == mode) & (frame["method"] != BASELINE_METHOD)]
     compressed = rows[rows["retention"] < 1.0]
     whole = rows[~rows["method"].isin(set(compressed["method"]))]
-    return {**whole.groupby("method")["score"].mean().to_dict(), **compressed.groupby("method")["score"].mean().to_dict()}
+    return {
+        **whole.groupby("method")["score"].mean().to_dict(),
+        **compressed.groupby("method")["score"].mean().to_dict(),
+    }
 
 
 def by_score(methods, scores: dict[str, float]) -> list[str]:

@@ -50,7 +50,11 @@ def has_weights(model_dir: str | Path = CANARY_DIR) -> bool:
 
 
 def held_out_rows(
-    n_documents: int = 16, questions_per_document: int = 4, min_words: int = 256, max_words: int = 2048, facts_per_document: int = 6
+    n_documents: int = 16,
+    questions_per_document: int = 4,
+    min_words: int = 256,
+    max_words: int = 2048,
+    facts_per_document: int = 6,
 ) -> list[dict]:
     """Documents of 256-2,048 tokens, six facts each among filler, four questions per document, mixed.
 
@@ -79,18 +83,28 @@ def _mean_f1(predictions: list[str], rows: list[dict]) -> float:
     return 100.0 * sum(scores) / len(scores)
 
 
-def predictions_for(setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu") -> list[str]:
+def predictions_for(
+    setting: Setting, rows: list[dict], model_dir: str | Path, seed: int = 0, device: str = "cpu"
+) -> list[str]:
     """Answers under one setting: batch 1 through ``run_cell``; batch > 1 through the padded harness."""
     from kvcache_bench.engine.cell_runner import run_cell
     from kvcache_bench.engine.loading import ModelSettings
     from kvcache_bench.study.cell import CellRun
 
-    model_settings = ModelSettings(path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device)
+    model_settings = ModelSettings(
+        path=str(model_dir), dtype="float32", attn_implementation="sdpa", max_context_tokens=4096, device=device
+    )
     kwargs = METHOD_KWARGS.get(setting.method, {})
     if setting.batch_size == 1:
         run = CellRun(
-            task=SYNTHETIC_TASK, model_settings=model_settings, method=setting.method, retention=setting.retention,
-            question_mode=setting.question_mode, max_new_tokens=8, seed=seed, method_kwargs=kwargs,
+            task=SYNTHETIC_TASK,
+            model_settings=model_settings,
+            method=setting.method,
+            retention=setting.retention,
+            question_mode=setting.question_mode,
+            max_new_tokens=8,
+            seed=seed,
+            method_kwargs=kwargs,
         )
         records = run_cell(rows, run, progress=False)
         return [record["prediction"] for record in records]
@@ -112,11 +126,18 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     loaded = load_for_settings(model_settings)
     model, tokenizer, stop_ids = loaded.model, loaded.tokenizer, set(loaded.stop_ids)
     press = build_press(setting.method, setting.retention, kwargs, seed=seed)
-    prompts = [build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens) for r in rows]
-    return padded_batch_answers(model, tokenizer, prompts, press, setting.batch_size, tokenizer.pad_token_id, 8, stop_ids)
+    prompts = [
+        build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens)
+        for r in rows
+    ]
+    return padded_batch_answers(
+        model, tokenizer, prompts, press, setting.batch_size, tokenizer.pad_token_id, 8, stop_ids
+    )
 
 
-def canary_report(model_dir: str | Path = CANARY_DIR, rows: list[dict] | None = None, settings=REPORT_SETTINGS, device: str = "cpu") -> dict[str, float]:
+def canary_report(
+    model_dir: str | Path = CANARY_DIR, rows: list[dict] | None = None, settings=REPORT_SETTINGS, device: str = "cpu"
+) -> dict[str, float]:
     """Mean F1 (x100) on the held-out set for each setting, keyed by ``Setting.name``."""
     rows = rows if rows is not None else held_out_rows()
     return {s.name: round(_mean_f1(predictions_for(s, rows, model_dir, device=device), rows), 1) for s in settings}

@@ -37,10 +37,17 @@ class Vocabulary:
         return [self.ids[word] for word in text.split()]
 
 
-def training_sequence(rng: random.Random, vocab: Vocabulary, max_tokens: int, settings: TrainSettings) -> tuple[list[int], list[int]]:
+def training_sequence(
+    rng: random.Random, vocab: Vocabulary, max_tokens: int, settings: TrainSettings
+) -> tuple[list[int], list[int]]:
     """A random document and several of its questions, as (input ids, labels), at most ``max_tokens`` long."""
     head = 1 + len(split_prompt(SYNTHETIC_TASK, "", "")[0].split())
-    per_question = len(_between_context_and_question().split()) + len(split_prompt(SYNTHETIC_TASK, "", "what is the x of y ?")[1].split()) + MAX_ANSWER_WORDS + 1
+    per_question = (
+        len(_between_context_and_question().split())
+        + len(split_prompt(SYNTHETIC_TASK, "", "what is the x of y ?")[1].split())
+        + MAX_ANSWER_WORDS
+        + 1
+    )
     budget = max_tokens - head
     n_questions = max(1, min(settings.questions_per_sequence, budget // 40))
     max_words = budget - n_questions * per_question
@@ -94,7 +101,13 @@ def training_batch(step: int, stage_length: int, vocab: Vocabulary, settings: Tr
     for row, (ids, targets) in enumerate(sequences):  # right padding: causal attention never sees it
         input_ids[row, : len(ids)] = torch.tensor(ids)
         labels[row, : len(targets)] = torch.tensor(targets)
-    return {"step": step, "stage_length": stage_length, "at_stage_length": length == stage_length, "input_ids": input_ids, "labels": labels}
+    return {
+        "step": step,
+        "stage_length": stage_length,
+        "at_stage_length": length == stage_length,
+        "input_ids": input_ids,
+        "labels": labels,
+    }
 
 
 class Curriculum:
@@ -121,11 +134,18 @@ class Curriculum:
 
     def observe(self, stage_length: int, at_stage_length: bool, accuracy: float) -> bool:
         """Count one step's answer accuracy; True when this opened the next stage."""
-        if stage_length != self.length or not at_stage_length or self.stage == len(self.settings.curriculum_lengths) - 1:
+        if (
+            stage_length != self.length
+            or not at_stage_length
+            or self.stage == len(self.settings.curriculum_lengths) - 1
+        ):
             return False
         self._accuracies.append(accuracy)
         window = self._accuracies[-self.settings.curriculum_window :]
-        if len(window) < self.settings.curriculum_window or sum(window) / len(window) < self.settings.curriculum_gate_accuracy:
+        if (
+            len(window) < self.settings.curriculum_window
+            or sum(window) / len(window) < self.settings.curriculum_gate_accuracy
+        ):
             return False
         self._stage.value += 1
         self._accuracies = []

@@ -32,10 +32,19 @@ class TrainSettings:
     sequences_per_step: int = 64
     tokens_per_step: int = 65536  # long sequences come fewer to a step, so a step's cost stays bounded
     min_sequence_tokens: int = 64
-    curriculum_lengths: tuple[int, ...] = (128, 256, 512, 1024, 1536, 2304)  # 2,304: a 2,048-word document, its prompt and questions
+    curriculum_lengths: tuple[int, ...] = (
+        128,
+        256,
+        512,
+        1024,
+        1536,
+        2304,
+    )  # 2,304: a 2,048-word document, its prompt and questions
     curriculum_gate_accuracy: float = 0.9  # answer-token accuracy at a stage's length that opens the next stage
     curriculum_window: int = 100  # steps at the stage's length that the gate averages over
-    short_batch_fraction: float = 0.2  # batches whose length is drawn below the stage's, so short documents stay in practice
+    short_batch_fraction: float = (
+        0.2  # batches whose length is drawn below the stage's, so short documents stay in practice
+    )
     decay_fraction: float = 0.2
     bf16_autocast: bool = False
     questions_per_sequence: int = 4
@@ -59,12 +68,24 @@ class TrainSettings:
         for name in ("betas", "curriculum_lengths"):
             if name in values:
                 values[name] = tuple(values[name])
-        for name in ("learning_rate", "weight_decay", "grad_clip", "curriculum_gate_accuracy", "short_batch_fraction", "decay_fraction"):
+        for name in (
+            "learning_rate",
+            "weight_decay",
+            "grad_clip",
+            "curriculum_gate_accuracy",
+            "short_batch_fraction",
+            "decay_fraction",
+        ):
             if name in values:
                 values[name] = float(values[name])  # YAML reads 5e-4 (no dot) as a string
         settings = cls(**values)
-        if list(settings.curriculum_lengths) != sorted(set(settings.curriculum_lengths)) or settings.curriculum_lengths[0] < settings.min_sequence_tokens:
-            raise ValueError(f"curriculum_lengths must rise and start at >= min_sequence_tokens, got {settings.curriculum_lengths}")
+        if (
+            list(settings.curriculum_lengths) != sorted(set(settings.curriculum_lengths))
+            or settings.curriculum_lengths[0] < settings.min_sequence_tokens
+        ):
+            raise ValueError(
+                f"curriculum_lengths must rise and start at >= min_sequence_tokens, got {settings.curriculum_lengths}"
+            )
         return settings
 
     @property

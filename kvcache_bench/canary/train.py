@@ -148,9 +148,13 @@ def _start_model(settings: TrainSettings, tokenizer, device: torch.device, init_
         from safetensors.torch import load_file
 
         previous = _previous_run(init_from)
-        model.load_state_dict(load_file(Path(init_from) / "model.safetensors"), strict=False)  # tied lm_head is not stored
+        model.load_state_dict(
+            load_file(Path(init_from) / "model.safetensors"), strict=False
+        )  # tied lm_head is not stored
         if previous["steps_done"] >= settings.steps:
-            raise ValueError(f"{init_from} already ran {previous['steps_done']} steps; settings.steps is {settings.steps}")
+            raise ValueError(
+                f"{init_from} already ran {previous['steps_done']} steps; settings.steps is {settings.steps}"
+            )
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).train(), previous
@@ -163,9 +167,15 @@ class _ProgressWindow:
         self.loss, self.accuracy, self.count, self.start = 0.0, 0.0, 0, time.perf_counter()
 
     def add(self, loss: torch.Tensor, accuracy: torch.Tensor) -> None:
-        self.loss, self.accuracy, self.count = self.loss + loss.detach(), self.accuracy + accuracy.detach(), self.count + 1
+        self.loss, self.accuracy, self.count = (
+            self.loss + loss.detach(),
+            self.accuracy + accuracy.detach(),
+            self.count + 1,
+        )
 
-    def entry(self, step: int, learning_rate: float, curriculum_tokens: int, input_ids: torch.Tensor, started: float) -> dict:
+    def entry(
+        self, step: int, learning_rate: float, curriculum_tokens: int, input_ids: torch.Tensor, started: float
+    ) -> dict:
         mean_loss = float(self.loss) / self.count
         if not math.isfinite(mean_loss):
             raise FloatingPointError(f"loss became {mean_loss} by step {step}")
@@ -185,7 +195,9 @@ class _ProgressWindow:
         return (time.perf_counter() - self.start) / self.count
 
 
-def _fit_decay_to_budget(schedule: Schedule, settings: TrainSettings, done: int, elapsed: float, budget: float, step_s: float) -> None:
+def _fit_decay_to_budget(
+    schedule: Schedule, settings: TrainSettings, done: int, elapsed: float, budget: float, step_s: float
+) -> None:
     """Once ``decay_fraction`` of the budget is left, decay over the steps the recent step time says still fit."""
     if schedule.decay_start > done and elapsed >= (1 - settings.decay_fraction) * budget:
         steps_left = int((budget - elapsed) / step_s)
@@ -225,7 +237,12 @@ def _train_step(model, optimizer, input_ids: torch.Tensor, labels: torch.Tensor,
     return loss, accuracy
 
 
-def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: float | None = None, init_from: str | Path | None = None) -> dict:
+def train_canary(
+    settings: TrainSettings,
+    out_dir: str | Path,
+    time_budget_s: float | None = None,
+    init_from: str | Path | None = None,
+) -> dict:
     """Train the canary into ``out_dir`` (config, tokenizer, model.safetensors, training_log.json).
 
     ``time_budget_s`` bounds the run: the learning rate starts its decay when ``decay_fraction`` of the
@@ -250,7 +267,9 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
     schedule = Schedule.for_steps(settings, first_step)
     tokenizer.save_pretrained(out)
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=settings.betas, weight_decay=settings.weight_decay)
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=settings.learning_rate, betas=settings.betas, weight_decay=settings.weight_decay
+    )
     loader = torch.utils.data.DataLoader(
         StepBatches(first_step, settings.steps, curriculum, vocab, settings),
         batch_size=None,
@@ -259,7 +278,13 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         prefetch_factor=2 if settings.num_workers else None,
     )
     record = _training_record(settings, model, device, time_budget_s, previous, curriculum, schedule)
-    log.info("canary: %d parameters, steps %d.. on %s, curriculum at %d tokens", record["parameters"], first_step, record["device"], curriculum.length)
+    log.info(
+        "canary: %d parameters, steps %d.. on %s, curriculum at %d tokens",
+        record["parameters"],
+        first_step,
+        record["device"],
+        curriculum.length,
+    )
 
     def save(done: int) -> None:
         record["steps_done"], record["curriculum_stage"], record["schedule"] = done, curriculum.stage, asdict(schedule)
@@ -274,12 +299,16 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         for group in optimizer.param_groups:
             group["lr"] = learning_rate
         input_ids = batch["input_ids"].to(device, non_blocking=True)
-        loss, accuracy = _train_step(model, optimizer, input_ids, batch["labels"].to(device, non_blocking=True), settings)
+        loss, accuracy = _train_step(
+            model, optimizer, input_ids, batch["labels"].to(device, non_blocking=True), settings
+        )
         done = step + 1
         window.add(loss, accuracy)
         # The gate needs this step's accuracy on the host: a sync per step, cheap next to the step itself.
         if curriculum.observe(batch["stage_length"], batch["at_stage_length"], float(accuracy)):
-            record["curriculum_stages"].append({"step": done, "length": curriculum.length, "elapsed_s": round(time.perf_counter() - started, 1)})
+            record["curriculum_stages"].append(
+                {"step": done, "length": curriculum.length, "elapsed_s": round(time.perf_counter() - started, 1)}
+            )
             log.info("step %d: curriculum opens %d-token sequences", done, curriculum.length)
         if done % settings.log_every == 0 or done == settings.steps:
             try:
@@ -295,7 +324,9 @@ def train_canary(settings: TrainSettings, out_dir: str | Path, time_budget_s: fl
         if done == first_step + 1:
             after_first_step = elapsed  # set-up and the first step's own warm-up are not a step's time
         # Before the first logged window, the mean step time since the first step
-        step_s = recent_step_s or ((elapsed - after_first_step) / (done - first_step - 1) if done - first_step > 1 else None)
+        step_s = recent_step_s or (
+            (elapsed - after_first_step) / (done - first_step - 1) if done - first_step > 1 else None
+        )
         if time_budget_s and step_s:
             _fit_decay_to_budget(schedule, settings, done, elapsed, time_budget_s, step_s)
         over_time = time_budget_s is not None and elapsed > 1.05 * time_budget_s
@@ -317,7 +348,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default="config/canary-train.yaml")
     parser.add_argument("--out", required=True, help="directory for config, tokenizer, weights, training_log.json")
     parser.add_argument("--steps", type=int, help="override the config's step count")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override one setting (VALUE is YAML), e.g. --set learning_rate=1e-3")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting (VALUE is YAML), e.g. --set learning_rate=1e-3",
+    )
     parser.add_argument("--num-workers", type=int, help="override the config's DataLoader workers")
     parser.add_argument("--time-budget-s", type=float, help="decay the learning rate to fit, and stop past 105%%")
     parser.add_argument("--init-from", help="an earlier run's output directory to continue from")

@@ -17,7 +17,10 @@ def build_word_tokenizer(vocabulary: list[str]):
     from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {token: index for index, token in enumerate(list(SPECIAL_TOKENS) + [w for w in vocabulary if w not in SPECIAL_TOKENS])}
+    vocab = {
+        token: index
+        for index, token in enumerate(list(SPECIAL_TOKENS) + [w for w in vocabulary if w not in SPECIAL_TOKENS])
+    }
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     core.normalizer = normalizers.Lowercase()
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()

@@ -123,7 +123,9 @@ def python_docs_filler() -> Filler:
         for sentence in _SENTENCE_END.split(paragraph)
         if not _CODE_LIKE.search(sentence) and sentence[:1].isupper() and len(sentence.split()) >= 4
     ]
-    return Filler(tuple(sentences), f"{FILLER_MODULE} ({path.name} of this Python)", hashlib.sha256(path.read_bytes()).hexdigest())
+    return Filler(
+        tuple(sentences), f"{FILLER_MODULE} ({path.name} of this Python)", hashlib.sha256(path.read_bytes()).hexdigest()
+    )
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,10 @@ class _Draw:
     def asked(self, questions: int) -> list[tuple[str, str]]:
         """(key, value) of the needles the haystack's questions ask: the drawn one, then the next keys in order."""
         first = self.keys.index(self.key)
-        return [(self.keys[(first + i) % len(self.keys)], self.values[(first + i) % len(self.keys)]) for i in range(questions)]
+        return [
+            (self.keys[(first + i) % len(self.keys)], self.values[(first + i) % len(self.keys)])
+            for i in range(questions)
+        ]
 
 
 def _draw(rng: random.Random, filler: Filler, n_needles: int, values: list[str]) -> _Draw:
@@ -186,13 +191,22 @@ def prompt_token_count(tokenizer, row: dict) -> int:
     return len(tokenizer.encode(row["context"] + row["question"] + row["answer_prefix"], add_special_tokens=False))
 
 
-def _longest_prompt(task: str, filler: Filler, draw: _Draw, asked: list[tuple[str, str]], n_sentences: int, tokenizer) -> int:
+def _longest_prompt(
+    task: str, filler: Filler, draw: _Draw, asked: list[tuple[str, str]], n_sentences: int, tokenizer
+) -> int:
     haystack = _haystack(filler, draw, n_sentences)
     return max(prompt_token_count(tokenizer, _row(task, haystack, key, value)) for key, value in asked)
 
 
 def make_haystack_rows(
-    task: str, *, num_examples: int, prompt_length: int, tokenizer, seed: int, filler: Filler | None = None, questions_per_haystack: int = 1,
+    task: str,
+    *,
+    num_examples: int,
+    prompt_length: int,
+    tokenizer,
+    seed: int,
+    filler: Filler | None = None,
+    questions_per_haystack: int = 1,
 ) -> tuple[list[dict], list[int]]:
     """``num_examples`` rows of ``task`` and each prompt's token count (each ≤ ``prompt_length``, as full as
     whole filler sentences allow). The same seed, task and filler give the same rows.
@@ -204,7 +218,9 @@ def make_haystack_rows(
     if task not in GENERATED_TASKS:
         raise HaystackError(f"task {task!r} is not generated here; choose one of {sorted(GENERATED_TASKS)}")
     if not 1 <= questions_per_haystack <= GENERATED_TASKS[task]:
-        raise HaystackError(f"{task} hides {GENERATED_TASKS[task]} needles: questions_per_haystack must be 1-{GENERATED_TASKS[task]}, got {questions_per_haystack}")
+        raise HaystackError(
+            f"{task} hides {GENERATED_TASKS[task]} needles: questions_per_haystack must be 1-{GENERATED_TASKS[task]}, got {questions_per_haystack}"
+        )
     filler = filler or python_docs_filler()
     # A value that occurs in the filler could be "found" without reading the needle.
     values = [v for v in VALUES if v not in filler.words]
@@ -238,17 +254,34 @@ def write_ruler_parquet(rows: list[dict], path: str | Path) -> None:
 
     from kvcache_bench.files import atomic_path
 
-    table = pa.Table.from_pylist(rows, schema=pa.schema([
-        ("context", pa.string()), ("question", pa.string()), ("answer_prefix", pa.string()),
-        ("answer", pa.list_(pa.string())), ("task", pa.string()), ("max_new_tokens", pa.int64()),
-    ]))
+    table = pa.Table.from_pylist(
+        rows,
+        schema=pa.schema(
+            [
+                ("context", pa.string()),
+                ("question", pa.string()),
+                ("answer_prefix", pa.string()),
+                ("answer", pa.list_(pa.string())),
+                ("task", pa.string()),
+                ("max_new_tokens", pa.int64()),
+            ]
+        ),
+    )
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
 
 
 def make_ruler_haystack_dataset(
-    task: str, *, tokenizer_dir: str | Path, prompt_length: int, num_examples: int, seed: int,
-    ruler_layout_path: str | Path, rows_path: str | Path, params: dict, questions_per_haystack: int = 1,
+    task: str,
+    *,
+    tokenizer_dir: str | Path,
+    prompt_length: int,
+    num_examples: int,
+    seed: int,
+    ruler_layout_path: str | Path,
+    rows_path: str | Path,
+    params: dict,
+    questions_per_haystack: int = 1,
 ) -> dict:
     """Generate ``task`` in RULER's layout, then read it back with the project's RULER loader into
     LongBench's schema, so these rows take exactly the path downloaded RULER data takes."""
@@ -260,18 +293,45 @@ def make_ruler_haystack_dataset(
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     filler = python_docs_filler()
     ruler_rows, counts = make_haystack_rows(
-        task, num_examples=num_examples, prompt_length=prompt_length, tokenizer=tokenizer, seed=seed, filler=filler,
+        task,
+        num_examples=num_examples,
+        prompt_length=prompt_length,
+        tokenizer=tokenizer,
+        seed=seed,
+        filler=filler,
         questions_per_haystack=questions_per_haystack,
     )
     write_ruler_parquet(ruler_rows, ruler_layout_path)
-    rows = load_ruler_rows(task, dataset_name=params.get("dataset", "ruler"), local_path=str(Path(ruler_layout_path).parent), data_dir=None)
+    rows = load_ruler_rows(
+        task, dataset_name=params.get("dataset", "ruler"), local_path=str(Path(ruler_layout_path).parent), data_dir=None
+    )
     generated = {
         "ruler_layout": {"path": str(ruler_layout_path), "sha256": sha256_of(ruler_layout_path)},
-        "filler": {"source": filler.source, "python": platform.python_version(), "sha256": filler.sha256, "sentences": len(filler.sentences)},
-        "needles": {"type": f"single {NEEDLE_TYPE}", "per_example": GENERATED_TASKS[task], "questions_per_haystack": questions_per_haystack},
+        "filler": {
+            "source": filler.source,
+            "python": platform.python_version(),
+            "sha256": filler.sha256,
+            "sentences": len(filler.sentences),
+        },
+        "needles": {
+            "type": f"single {NEEDLE_TYPE}",
+            "per_example": GENERATED_TASKS[task],
+            "questions_per_haystack": questions_per_haystack,
+        },
         # (manifest keys avoid "token": manifest.scrub_secrets redacts any key containing it)
-        "prompt_lengths": {"unit": "tokens", "limit": prompt_length, "per_example": counts, "min": min(counts), "max": max(counts)},
-        "length_counter": {"path": str(tokenizer_dir), "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json")},
+        "prompt_lengths": {
+            "unit": "tokens",
+            "limit": prompt_length,
+            "per_example": counts,
+            "min": min(counts),
+            "max": max(counts),
+        },
+        "length_counter": {
+            "path": str(tokenizer_dir),
+            "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json"),
+        },
     }
-    facts = write_dataset(normalise_rows(rows, task, num_examples), rows_path, params, seed, extra={"generated": generated})
+    facts = write_dataset(
+        normalise_rows(rows, task, num_examples), rows_path, params, seed, extra={"generated": generated}
+    )
     return {**facts, "prompt_lengths": counts}

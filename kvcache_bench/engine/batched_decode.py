@@ -106,14 +106,23 @@ def prefill_prompt(model, prompt: PromptTokens, press, mode: QuestionMode, make_
     """
     start = time.perf_counter()
     cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache)
-    prefilled = prefilled_from_cache(model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed)
+    prefilled = prefilled_from_cache(
+        model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed
+    )
     synchronize(model.device)
     prefilled.seconds = time.perf_counter() - start
     return prefilled
 
 
 def prefilled_from_cache(
-    model, cache, last_logits, prompt_tokens: int, kept_tokens: float, pressed_tokens: int, *, copy: bool = True,
+    model,
+    cache,
+    last_logits,
+    prompt_tokens: int,
+    kept_tokens: float,
+    pressed_tokens: int,
+    *,
+    copy: bool = True,
     held_back_ids: list[int] | None = None,
 ) -> PrefilledPrompt:
     """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
@@ -133,10 +142,14 @@ def prefilled_from_cache(
 def prefilled_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
     """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``), one snapshot per question."""
     prefilled = []
-    for question_ids, (cache, logits, kept, seconds) in zip(questions, prefill_shared_context(model, context_ids, questions, press)):
+    for question_ids, (cache, logits, kept, seconds) in zip(
+        questions, prefill_shared_context(model, context_ids, questions, press)
+    ):
         started = time.perf_counter()
         # a copy: the cache is rolled back for the next question
-        snapshot = prefilled_from_cache(model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids))
+        snapshot = prefilled_from_cache(
+            model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids)
+        )
         synchronize(model.device)
         snapshot.seconds = seconds + time.perf_counter() - started
         prefilled.append(snapshot)
@@ -269,7 +282,8 @@ class StaticDecodeState:
         self.cache = Cache(layers=[StaticLayer(shape.capacity) for _ in range(shape.layers)])
         self.cache.early_initialization(shape.rows, shape.kv_heads, shape.head_dim, shape.dtype, device)
         self.masks = [
-            torch.zeros(shape.rows, shape.mask_heads, 1, shape.capacity, dtype=torch.bool, device=device) for _ in range(shape.layers)
+            torch.zeros(shape.rows, shape.mask_heads, 1, shape.capacity, dtype=torch.bool, device=device)
+            for _ in range(shape.layers)
         ]
         self.tokens = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
@@ -291,7 +305,9 @@ class StaticDecodeState:
         block = max(len(p.held_back_ids) for p in prefilled)
         first_generated_slot = prompt_width + block
         slots = torch.arange(self.shape.capacity, device=device)
-        held_starts = torch.tensor([first_generated_slot - len(p.held_back_ids) for p in prefilled], device=device).view(-1, 1)
+        held_starts = torch.tensor(
+            [first_generated_slot - len(p.held_back_ids) for p in prefilled], device=device
+        ).view(-1, 1)
         held = (slots >= held_starts) & (slots < first_generated_slot)
         heads = self.shape.mask_heads
         for layer, (cache_layer, mask) in enumerate(zip(self.cache.layers, self.masks)):
@@ -378,7 +394,9 @@ class StaticDecodeState:
         with torch.cuda.graph(graph):
             self.step(model)
         # The warm-up steps wrote K/V into generated slots, which the real steps overwrite before reading.
-        for tensor, value in zip((self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks), saved):
+        for tensor, value in zip(
+            (self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks), saved
+        ):
             tensor.copy_(value)
         self.graph = graph
 
@@ -429,8 +447,16 @@ def decode_together(
     blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
     mask_heads = first.shape[1] if any(p.head_lengths is not None for p in prefilled) else 1
     shape = _DecodeShape(
-        len(prefilled), _round_up(widest + max_new_tokens, CAPACITY_STEP), len(prefilled[0].keys), first.shape[1],
-        mask_heads, first.shape[-1], first.dtype, max_new_tokens, blocked, min_new_tokens,
+        len(prefilled),
+        _round_up(widest + max_new_tokens, CAPACITY_STEP),
+        len(prefilled[0].keys),
+        first.shape[1],
+        mask_heads,
+        first.shape[-1],
+        first.dtype,
+        max_new_tokens,
+        blocked,
+        min_new_tokens,
     )
     with _per_layer_masks(model):
         state = _state_for(model, shape)
@@ -518,7 +544,9 @@ def generate_prefill_one_decode_many(
         synchronize(model.device)
         share = (time.perf_counter() - start) / len(pending)
         for (index, p), token_ids in zip(pending, outputs):
-            generations[index] = Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens)
+            generations[index] = Generation(
+                token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens
+            )
         largest_batch = max(largest_batch, len(pending))
         pending.clear()
 
@@ -526,7 +554,9 @@ def generate_prefill_one_decode_many(
         start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
         batching = decode_batch_size > 1
-        cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache, run_held_back=not batching)
+        cache, last_logits, kept, pressed = prefill_example(
+            model, prompt, press, mode, make_cache, run_held_back=not batching
+        )
         held_back = (prompt.context_ids + prompt.question_ids)[pressed:] if batching else []
         obstacle = _stacking_obstacle(model, cache) if batching else None
         if not batching or obstacle is not None:  # decoded alone, from the cache it already has
@@ -534,18 +564,24 @@ def generate_prefill_one_decode_many(
                 fallbacks.add(obstacle)
                 if held_back:  # what prefill_example would have run
                     last_logits = prefill(model, cache, held_back, None, start_position=pressed)
-            token_ids = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
+            token_ids = greedy_decode(
+                model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens
+            )
             synchronize(model.device)
             generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
             largest_batch = max(largest_batch, 1)
             continue
-        prefilled = prefilled_from_cache(model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back)
+        prefilled = prefilled_from_cache(
+            model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back
+        )
         del cache
         synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start
         row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
         if pending and pending_bytes + row_bytes > budget:
-            fallbacks.add(f"decode batches cut at {len(pending)} rows to stay within {budget / 2**30:.1f} GiB of caches")
+            fallbacks.add(
+                f"decode batches cut at {len(pending)} rows to stay within {budget / 2**30:.1f} GiB of caches"
+            )
             flush()
             pending_bytes = 0
         pending.append((index, prefilled))

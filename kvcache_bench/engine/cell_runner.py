@@ -47,8 +47,14 @@ SECONDS_COVER = (
 # strategies whose decode steps run through batched_decode.decode_together (static buffers, CUDA graphs on a GPU)
 DECODED_TOGETHER = (Strategy.DECODE_MANY, Strategy.SHARED_CONTEXTS_TOGETHER, Strategy.OTHER_QUESTION)
 
+
 def choose_strategy(
-    mode: QuestionMode, *, batch_size: int, decode_batch_size: int, quantised_cache: bool, press_while_decoding: bool = False,
+    mode: QuestionMode,
+    *,
+    batch_size: int,
+    decode_batch_size: int,
+    quantised_cache: bool,
+    press_while_decoding: bool = False,
     masks_slots: bool = False,
 ) -> Strategy:
     """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations).
@@ -74,10 +80,20 @@ def choose_strategy(
 
 
 def plan_chunks(
-    strategy: Strategy, prompts: list[PromptTokens], *, batch_size: int, decode_batch_size: int, others: list[list[int]] | None = None
+    strategy: Strategy,
+    prompts: list[PromptTokens],
+    *,
+    batch_size: int,
+    decode_batch_size: int,
+    others: list[list[int]] | None = None,
 ) -> list[list[int]]:
     """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk."""
-    per_chunk = {Strategy.ONE_BY_ONE: 1, Strategy.PRESS_WHILE_DECODING: 1, Strategy.PADDED_BATCH: batch_size, Strategy.DECODE_MANY: decode_batch_size}
+    per_chunk = {
+        Strategy.ONE_BY_ONE: 1,
+        Strategy.PRESS_WHILE_DECODING: 1,
+        Strategy.PADDED_BATCH: batch_size,
+        Strategy.DECODE_MANY: decode_batch_size,
+    }
     if strategy in per_chunk:
         size = per_chunk[strategy]
         return [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
@@ -110,7 +126,9 @@ class CellGenerator:
     # why examples are decoded at batch 1 though the cell asked for more (a press that masks slots)
     decode_fallback: str | None = None
 
-    def generate(self, prompts: list[PromptTokens], others: list[list[int]] | None = None) -> tuple[list[Generation], DecodePath]:
+    def generate(
+        self, prompts: list[PromptTokens], others: list[list[int]] | None = None
+    ) -> tuple[list[Generation], DecodePath]:
         """Generations for a chunk's prompts, in their order, and the decode path that made them.
 
         ``others``: in the other-question mode, the tokens of each prompt's other question the press sees.
@@ -121,7 +139,11 @@ class CellGenerator:
 def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
     """One prediction record: the example, what was generated from how much cache, and the cell's setting."""
     context_slots = generation.kept_context_slots
-    if context_slots is None and setting["question_mode"] != QuestionMode.QUESTION_AWARE and not setting.get("compressed_while_decoding"):
+    if (
+        context_slots is None
+        and setting["question_mode"] != QuestionMode.QUESTION_AWARE
+        and not setting.get("compressed_while_decoding")
+    ):
         context_slots = generation.kept_tokens  # the press saw the context alone (or, without a press, kept it whole)
     return {
         "id": row["_id"],
@@ -151,12 +173,16 @@ def rows_with_other_questions(rows: list[dict], seed: int) -> tuple[list[dict], 
     partner = other_questions(rows, seed)
     usable = [row for row in rows if partner[row["_id"]] is not None]
     log.info(
-        "other_question: %d of %d examples usable (the rest are the only question on their context)", len(usable), len(rows)
+        "other_question: %d of %d examples usable (the rest are the only question on their context)",
+        len(usable),
+        len(rows),
     )
     return usable, partner
 
 
-def other_question_tokens(prompts: list[PromptTokens], rows: list[dict], partner: dict[str, str | None]) -> list[list[int]]:
+def other_question_tokens(
+    prompts: list[PromptTokens], rows: list[dict], partner: dict[str, str | None]
+) -> list[list[int]]:
     """Per prompt, its other question's tokens as that question's question-aware prefill presses them."""
     by_id = {row["_id"]: prompt for row, prompt in zip(rows, prompts)}
     others = []
@@ -177,22 +203,44 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
     # Without a press no question is in view: the cache is the context's whichever question was asked before.
     mode = QuestionMode.QUESTION_AGNOSTIC if run.mode.removes_the_question_it_showed and press is None else run.mode
     strategy = choose_strategy(
-        mode, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size,
+        mode,
+        batch_size=run.batch_size,
+        decode_batch_size=run.decode_batch_size,
         quantised_cache=get_method(method, custom).kv_cache_bits is not None,
-        press_while_decoding=presses_while_decoding(press) is not None, masks_slots=run.masks_slots,
+        press_while_decoding=presses_while_decoding(press) is not None,
+        masks_slots=run.masks_slots,
     )
-    decode_alone = run.masks_slots and run.decode_batch_size > 1 and strategy in (Strategy.ONE_BY_ONE, Strategy.SHARED_CONTEXT)
-    log.info("method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
-             method, run.retention, run.batch_size, run.mode, strategy.value, device, attention)
+    decode_alone = (
+        run.masks_slots and run.decode_batch_size > 1 and strategy in (Strategy.ONE_BY_ONE, Strategy.SHARED_CONTEXT)
+    )
+    log.info(
+        "method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
+        method,
+        run.retention,
+        run.batch_size,
+        run.mode,
+        strategy.value,
+        device,
+        attention,
+    )
     return tokenizer, CellGenerator(
-        model, press, cache_factory_for(method, model, run.method_kwargs, custom), mode,
-        strategy, run.max_new_tokens, set(loaded.stop_ids) | extra_stop_ids(tokenizer, run.task),
-        1 if run.task in NEWLINE_STOP_TASKS else 0, tokenizer.pad_token_id or 0, run.decode_batch_size,
+        model,
+        press,
+        cache_factory_for(method, model, run.method_kwargs, custom),
+        mode,
+        strategy,
+        run.max_new_tokens,
+        set(loaded.stop_ids) | extra_stop_ids(tokenizer, run.task),
+        1 if run.task in NEWLINE_STOP_TASKS else 0,
+        tokenizer.pad_token_id or 0,
+        run.decode_batch_size,
         MASKS_DECODE_ALONE if decode_alone else None,
     )
 
 
-def warm_up(generator: CellGenerator, prompts: list[PromptTokens], others: list[list[int]] | None, chunks: list[list[int]]) -> float:
+def warm_up(
+    generator: CellGenerator, prompts: list[PromptTokens], others: list[list[int]] | None, chunks: list[list[int]]
+) -> float:
     """Seconds of one unmeasured run of the first chunk, on copies of its first prompt.
 
     The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
@@ -231,8 +279,13 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
 
     task, method, retention, mode, model_settings = run.task, run.method, run.retention, run.mode, run.model_settings
     check_setting(
-        task=task, method=method, question_mode=run.question_mode, retention=retention, batch_size=run.batch_size,
-        decode_batch_size=run.decode_batch_size, custom_methods=run.custom_methods,
+        task=task,
+        method=method,
+        question_mode=run.question_mode,
+        retention=retention,
+        batch_size=run.batch_size,
+        decode_batch_size=run.decode_batch_size,
+        custom_methods=run.custom_methods,
     )
     partner: dict[str, str | None] = {}
     if mode == QuestionMode.OTHER_QUESTION:
@@ -247,20 +300,35 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     slot_bytes, full_slot_bytes = kv_bytes_per_token(model, kv_bits), kv_bytes_per_token(model)
 
     prompts = [
-        build_prompt_tokens(tokenizer, task, row["context"], row["input"], model_settings.max_context_tokens, row.get("answer_prefix") or "")
+        build_prompt_tokens(
+            tokenizer,
+            task,
+            row["context"],
+            row["input"],
+            model_settings.max_context_tokens,
+            row.get("answer_prefix") or "",
+        )
         for row in rows
     ]
     rows_ids = [str(row.get("_id")) for row in rows]
-    if problem := vocabulary_problem(prompts, rows_ids, model.get_input_embeddings().num_embeddings, model_settings.path):
+    if problem := vocabulary_problem(
+        prompts, rows_ids, model.get_input_embeddings().num_embeddings, model_settings.path
+    ):
         raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
-    if generator.press is not None and (problem := prompt_length_problem(method, run.method_kwargs or {}, pressed_lengths(prompts, generator.mode, others))):
+    if generator.press is not None and (
+        problem := prompt_length_problem(
+            method, run.method_kwargs or {}, pressed_lengths(prompts, generator.mode, others)
+        )
+    ):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
     if strategy == Strategy.PRESS_WHILE_DECODING and (
         problem := decoding_budget_problem(method, construction, run.max_new_tokens, [p.length for p in prompts])
     ):
         raise ValueError(problem)  # the check job refused what it could tell without the prompts
-    chunks = plan_chunks(strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others)
+    chunks = plan_chunks(
+        strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
+    )
     warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
     setting = {
         "kv_cache_bits": kv_bits,

@@ -26,12 +26,16 @@ def loading_problems(loading_info: dict) -> list[str]:
     unexpected (in the file, used by nothing), shape-mismatched tensors, and its error messages."""
     problems = []
     if loading_info.get("missing_keys"):
-        problems.append(f"missing from the checkpoint, so newly initialized at random: {_named(loading_info['missing_keys'])}")
+        problems.append(
+            f"missing from the checkpoint, so newly initialized at random: {_named(loading_info['missing_keys'])}"
+        )
     if loading_info.get("unexpected_keys"):
         problems.append(f"in the checkpoint but not in the model (ignored): {_named(loading_info['unexpected_keys'])}")
     mismatched = loading_info.get("mismatched_keys") or []
     if mismatched:
-        problems.append(f"of another shape than the model's (so newly initialized): {_named(m[0] if isinstance(m, tuple) else m for m in mismatched)}")
+        problems.append(
+            f"of another shape than the model's (so newly initialized): {_named(m[0] if isinstance(m, tuple) else m for m in mismatched)}"
+        )
     problems += [str(message) for message in loading_info.get("error_msgs") or []]
     return problems
 

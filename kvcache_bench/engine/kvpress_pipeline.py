@@ -41,14 +41,22 @@ def pipeline_inputs(task: str, row: dict, question_mode: str) -> tuple[str, str]
     return context, question
 
 
-def run_cell_on_kvpress_pipeline(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = None, progress: bool = True):
+def run_cell_on_kvpress_pipeline(
+    rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = None, progress: bool = True
+):
     """Yield one prediction record per row, in row order, from kvpress's pipeline (batch 1 only); ``loaded``:
     a model a worker loaded already for these settings and this method's attention. (``progress`` is the
     engines' common signature: the pipeline shows none.)"""
     from kvpress import KVPressTextGenerationPipeline  # noqa: F401  (importing kvpress registers the pipeline)
     from transformers import pipeline
 
-    task, method, retention, question_mode, model_settings = run.task, run.method, run.retention, run.question_mode, run.model_settings
+    task, method, retention, question_mode, model_settings = (
+        run.task,
+        run.method,
+        run.retention,
+        run.question_mode,
+        run.model_settings,
+    )
     custom_methods, max_new_tokens = run.custom_methods, run.max_new_tokens
     if run.batch_size != 1 or run.decode_batch_size != 1:
         raise ValueError(
@@ -69,8 +77,13 @@ def run_cell_on_kvpress_pipeline(rows: list[dict], run: CellRun, *, loaded: Load
         synchronize(device)
         started = time.perf_counter()
         output = pipe(
-            context, question=question, answer_prefix=row.get("answer_prefix") or "", press=press, cache=cache,
-            max_new_tokens=max_new_tokens, max_context_length=model_settings.max_context_tokens,
+            context,
+            question=question,
+            answer_prefix=row.get("answer_prefix") or "",
+            press=press,
+            cache=cache,
+            max_new_tokens=max_new_tokens,
+            max_context_length=model_settings.max_context_tokens,
         )
         synchronize(device)
         return output["answer"], cache, time.perf_counter() - started

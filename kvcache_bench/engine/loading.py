@@ -44,7 +44,9 @@ def load_tokenizer(path: str, trust_remote_code: bool = False, revision: str | N
         )
     except Exception as error:
         if damaged := damaged_model_files(path):
-            raise ModelUnavailableError(f"Could not load the tokenizer from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)) from error
+            raise ModelUnavailableError(
+                f"Could not load the tokenizer from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)
+            ) from error
         raise ModelUnavailableError(LOAD_HELP.format(what="the tokenizer", path=path, error=error)) from error
 
 
@@ -54,7 +56,11 @@ def _pinned(revision: str | None) -> dict:
 
 
 def load_model(
-    path: str, dtype: str, attn_implementation: str, device: torch.device, trust_remote_code: bool = False,
+    path: str,
+    dtype: str,
+    attn_implementation: str,
+    device: torch.device,
+    trust_remote_code: bool = False,
     revision: str | None = None,
 ):
     from transformers import AutoModelForCausalLM
@@ -71,7 +77,9 @@ def load_model(
         )
     except Exception as error:
         if damaged := damaged_model_files(path):  # a local folder's file, not a download problem
-            raise ModelUnavailableError(f"Could not load the model from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)) from error
+            raise ModelUnavailableError(
+                f"Could not load the model from {path!r}: damaged file(s):\n  " + "\n  ".join(damaged)
+            ) from error
         raise ModelUnavailableError(LOAD_HELP.format(what="the model", path=path, error=error)) from error
     require_whole_checkpoint(loading_info, path)
     return model.to(device).eval()
@@ -110,7 +118,9 @@ class LoadedModel:
     settings: ModelSettings
 
 
-def load_for_settings(settings: ModelSettings, *, attn_implementation: str | None = None, tokenizer: bool = True) -> LoadedModel:
+def load_for_settings(
+    settings: ModelSettings, *, attn_implementation: str | None = None, tokenizer: bool = True
+) -> LoadedModel:
     """The one way the workflow loads a model: its tokenizer, weights on the settings' device, and stop tokens.
 
     ``attn_implementation`` overrides the settings' (a press that reads attention weights needs eager);
@@ -120,18 +130,26 @@ def load_for_settings(settings: ModelSettings, *, attn_implementation: str | Non
     start = time.perf_counter()
     device = pick_device(settings.device)
     attention = attn_implementation or settings.attn_implementation
-    loaded_tokenizer = load_tokenizer(settings.path, settings.trust_remote_code, settings.revision) if tokenizer else None
+    loaded_tokenizer = (
+        load_tokenizer(settings.path, settings.trust_remote_code, settings.revision) if tokenizer else None
+    )
     model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code, settings.revision)
     stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
-    return LoadedModel(model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings)
+    return LoadedModel(
+        model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings
+    )
 
 
-def loaded_with_attention(settings: ModelSettings, loaded: LoadedModel | None, attention: str, needed_by: str) -> LoadedModel:
+def loaded_with_attention(
+    settings: ModelSettings, loaded: LoadedModel | None, attention: str, needed_by: str
+) -> LoadedModel:
     """The model a job runs on: ``loaded`` (a worker's) when it has ``attention``, or the settings' model loaded now.
 
     A worker's model on another attention would run ``needed_by`` on the wrong kernel: refused, not reloaded."""
     if loaded is None:
         return load_for_settings(settings, attn_implementation=attention)
     if loaded.attn_implementation != attention:
-        raise ValueError(f"{needed_by} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}")
+        raise ValueError(
+            f"{needed_by} needs attention {attention!r} but the loaded model has {loaded.attn_implementation!r}"
+        )
     return loaded

@@ -41,7 +41,9 @@ class ContextWithoutQuestion:
 
 
 @torch.inference_mode()
-def compress_with_other_question(model, context_ids: list[int], other_question_ids: list[int], press, make_cache=default_cache) -> ContextWithoutQuestion:
+def compress_with_other_question(
+    model, context_ids: list[int], other_question_ids: list[int], press, make_cache=default_cache
+) -> ContextWithoutQuestion:
     """Compress ``context_ids + other_question_ids`` under ``press``, then drop every slot of the other question."""
     from transformers import DynamicCache
 
@@ -72,19 +74,36 @@ def compress_with_other_question(model, context_ids: list[int], other_question_i
         context_positions.append([layer_positions[head, is_context[head]].tolist() for head in range(len(lengths))])
     synchronize(model.device)
     return ContextWithoutQuestion(
-        keys, values, head_lengths, context_positions, last_logits, len(context_ids), len(context_ids) + len(other_question_ids),
-        kept, context_slots(positions, len(context_ids)), time.perf_counter() - start,
+        keys,
+        values,
+        head_lengths,
+        context_positions,
+        last_logits,
+        len(context_ids),
+        len(context_ids) + len(other_question_ids),
+        kept,
+        context_slots(positions, len(context_ids)),
+        time.perf_counter() - start,
     )
 
 
-def prefilled_question(compressed: ContextWithoutQuestion, question_ids: list[int], share_of_compression: float) -> PrefilledPrompt:
+def prefilled_question(
+    compressed: ContextWithoutQuestion, question_ids: list[int], share_of_compression: float
+) -> PrefilledPrompt:
     """This question on the compressed context, to be run by ``decode_together`` at the context's end."""
     if not question_ids:
         raise ValueError("the other-question mode needs this example's question tokens: they are what it asks")
     return PrefilledPrompt(
-        compressed.keys, compressed.values, compressed.last_logits, compressed.context_tokens + len(question_ids),
-        compressed.kept_tokens, compressed.pressed_tokens, share_of_compression, list(question_ids),
-        held_back_start=compressed.context_tokens, head_lengths=compressed.head_lengths,
+        compressed.keys,
+        compressed.values,
+        compressed.last_logits,
+        compressed.context_tokens + len(question_ids),
+        compressed.kept_tokens,
+        compressed.pressed_tokens,
+        share_of_compression,
+        list(question_ids),
+        held_back_start=compressed.context_tokens,
+        head_lengths=compressed.head_lengths,
     )
 
 
@@ -99,15 +118,25 @@ class OtherQuestionGroup:
 
 @torch.inference_mode()
 def generate_other_question(
-    model, groups: list[OtherQuestionGroup], press, max_new_tokens: int, stop_ids: set[int], decode_batch_size: int, *,
-    min_new_tokens: int = 0, make_cache=default_cache,
+    model,
+    groups: list[OtherQuestionGroup],
+    press,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    decode_batch_size: int,
+    *,
+    min_new_tokens: int = 0,
+    make_cache=default_cache,
 ) -> tuple[list[Generation], DecodePath]:
     """Generations group by group, question by question: each group compressed once, ``decode_batch_size`` rows decoded at a time."""
     rows: list[tuple[PrefilledPrompt, ContextWithoutQuestion, int]] = []
     for group in groups:
         compressed = compress_with_other_question(model, group.context_ids, group.other_question_ids, press, make_cache)
         share = compressed.seconds / len(group.questions)
-        rows += [(prefilled_question(compressed, question, share), compressed, len(group.questions)) for question in group.questions]
+        rows += [
+            (prefilled_question(compressed, question, share), compressed, len(group.questions))
+            for question in group.questions
+        ]
     generations = []
     for start in range(0, len(rows), decode_batch_size):
         batch = rows[start : start + decode_batch_size]
@@ -116,9 +145,16 @@ def generate_other_question(
         synchronize(model.device)
         decode_share = (time.perf_counter() - started) / len(batch)
         for (p, compressed, questions), token_ids in zip(batch, outputs):
-            generations.append(Generation(
-                token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + decode_share, p.pressed_tokens, questions,
-                kept_context_slots=compressed.kept_context_slots,
-            ))
+            generations.append(
+                Generation(
+                    token_ids,
+                    p.prompt_tokens,
+                    p.kept_tokens,
+                    p.seconds + decode_share,
+                    p.pressed_tokens,
+                    questions,
+                    kept_context_slots=compressed.kept_context_slots,
+                )
+            )
     largest = min(decode_batch_size, len(rows))
     return generations, DecodePath(decode_batch_size, largest, None)

@@ -75,7 +75,9 @@ def pressed_and_trailing(prompt: PromptTokens, mode: QuestionMode) -> tuple[list
 
 
 @torch.inference_mode()
-def prefill_example(model, prompt: PromptTokens, press, mode: QuestionMode, make_cache=default_cache, *, run_held_back: bool = True):
+def prefill_example(
+    model, prompt: PromptTokens, press, mode: QuestionMode, make_cache=default_cache, *, run_held_back: bool = True
+):
     """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
 
     ``run_held_back=False`` stops after the pass under the press (its logits come back, and the tokens
@@ -117,6 +119,10 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
         started = time.perf_counter()
         if index:
             checkpoint.restore(cache)
-        last_logits = prefill(model, cache, question_ids, None, start_position=len(context_ids)) if question_ids else context_logits
+        last_logits = (
+            prefill(model, cache, question_ids, None, start_position=len(context_ids))
+            if question_ids
+            else context_logits
+        )
         synchronize(model.device)
         yield cache, last_logits, kept, compress_seconds + time.perf_counter() - started

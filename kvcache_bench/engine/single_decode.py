@@ -233,7 +233,14 @@ def generate_padded_batch(
 
 
 def padded_batch_answers(
-    model, tokenizer, prompts: list[PromptTokens], press, batch_size: int, pad_token_id: int, max_new_tokens: int, stop_ids: set[int]
+    model,
+    tokenizer,
+    prompts: list[PromptTokens],
+    press,
+    batch_size: int,
+    pad_token_id: int,
+    max_new_tokens: int,
+    stop_ids: set[int],
 ) -> list[str]:
     """Decoded answers of the batching harness (``generate_padded_batch``) over consecutive batches of ``prompts``."""
     answers = []

@@ -43,7 +43,9 @@ class KeptPositions:
     def __init__(self, model):
         self._modules = _attention_modules(model)
         generator = torch.Generator().manual_seed(0)
-        head_dim = getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+        head_dim = (
+            getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
+        )
         # odd multipliers: every bit of every coordinate changes the hash
         self._weights = (torch.randint(1, 2**62, (head_dim,), generator=generator) | 1).to(model.device)
         self._before: dict[int, torch.Tensor] = {}
@@ -71,10 +73,14 @@ class KeptPositions:
             after = _key_hashes(cache.layers[layer].keys, self._weights)[0]
             ordered, order = before.sort(dim=-1)
             if bool((ordered[:, 1:] == ordered[:, :-1]).any()):
-                raise UntraceableSlotsError(f"layer {layer}: two positions have identical keys, so their slots cannot be told apart")
+                raise UntraceableSlotsError(
+                    f"layer {layer}: two positions have identical keys, so their slots cannot be told apart"
+                )
             index = torch.searchsorted(ordered, after).clamp(max=ordered.shape[-1] - 1)
             if not bool((ordered.gather(-1, index) == after).all()):
-                raise UntraceableSlotsError(f"layer {layer}: the press changed some keys, so the slots it kept cannot be traced to positions")
+                raise UntraceableSlotsError(
+                    f"layer {layer}: the press changed some keys, so the slots it kept cannot be traced to positions"
+                )
             found.append(order.gather(-1, index))
         return found
 

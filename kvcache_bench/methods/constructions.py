@@ -147,7 +147,9 @@ def construction_of(built) -> dict | None:
     if built is None:
         return None
     kind = type(built)
-    arguments = {name: _described(getattr(built, name, None)) for name in constructor_fields(kind) if not name.startswith("_")}
+    arguments = {
+        name: _described(getattr(built, name, None)) for name in constructor_fields(kind) if not name.startswith("_")
+    }
     return {"class": f"{kind.__module__}.{kind.__qualname__}", "kwargs": arguments}
 
 

@@ -80,7 +80,9 @@ def workflow_imports(path: str, workdir: str = ".") -> list[str]:
                 wanted = [(alias.name, 0) for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
-                wanted = [(base, node.level)] + [(f"{base}.{a.name}" if base else a.name, node.level) for a in node.names]
+                wanted = [(base, node.level)] + [
+                    (f"{base}.{a.name}" if base else a.name, node.level) for a in node.names
+                ]
             else:
                 continue
             for module, level in wanted:
@@ -129,8 +131,10 @@ def unknown_method_problems(config: dict) -> list[str]:
     for key, names in configured_method_names(config).items():
         for name in names:
             if name not in known:
-                problems.append(f"{key} names {name!r}, which is no method; {did_you_mean(name, known)}"
-                                "see README's method table or define it under custom_methods")
+                problems.append(
+                    f"{key} names {name!r}, which is no method; {did_you_mean(name, known)}"
+                    "see README's method table or define it under custom_methods"
+                )
     return problems
 
 
@@ -158,13 +162,19 @@ def _settings_problems(name: str, settings: dict, custom_methods: dict, workdir:
         if inner_name == name or name in methods_needed(inner_name, custom_methods):
             problems.append(f"{where}.inner: {inner_name!r} wraps {name!r} in turn (a cycle)")
         elif inner_name not in known:
-            problems.append(f"{where}.inner names {inner_name!r}, which is no method; {did_you_mean(inner_name, known)}".rstrip("; "))
+            problems.append(
+                f"{where}.inner names {inner_name!r}, which is no method; {did_you_mean(inner_name, known)}".rstrip(
+                    "; "
+                )
+            )
         elif inner_name in METHODS and METHODS[inner_name].construction is None:
             problems.append(f"{where}.inner: {inner_name!r} has no press to wrap")
     if problems:
         return problems
     try:  # what only building tells: an inner press of a kind the wrapper refuses, a bad kwarg value
-        build_press(name, 0.5 if settings.get("takes_retention", True) else 1.0, custom_methods=custom_methods, workdir=workdir)
+        build_press(
+            name, 0.5 if settings.get("takes_retention", True) else 1.0, custom_methods=custom_methods, workdir=workdir
+        )
     except (UnknownMethodError, TypeError, ValueError, AssertionError) as error:
         problems.append(f"{where} does not build: {type(error).__name__}: {error}")
     return problems

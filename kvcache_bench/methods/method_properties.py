@@ -31,8 +31,16 @@ from kvcache_bench.methods.registry import FULL_RETENTION, build_press, get_meth
 # name_or_path, as they would load a real model's.
 PROBE_TOKENIZER = Path(__file__).resolve().parents[2] / "resources" / "canary"
 PROBE_MODEL = dict(
-    vocab_size=1258, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, max_position_embeddings=4096, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+    vocab_size=1258,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
 )
 PROMPT_TOKENS = 256
 PADS = 96  # the second row of the padded batch: this many pads, then the first row's last tokens
@@ -125,7 +133,9 @@ def _shrinks_during_a_decode_step(model, ids, press) -> bool:
         token, position = ids[:, -1:], ids.shape[1]
         for _ in range(DECODE_STEPS):
             before, masked_before = cache.get_seq_length(), _masked_count(model)
-            logits = model(input_ids=token, past_key_values=cache, position_ids=torch.tensor([[position]]), use_cache=True).logits
+            logits = model(
+                input_ids=token, past_key_values=cache, position_ids=torch.tensor([[position]]), use_cache=True
+            ).logits
             if cache.get_seq_length() <= before or _masked_count(model) > masked_before:
                 return True
             token, position = logits[:, -1:].argmax(-1), position + 1
@@ -155,14 +165,32 @@ def _hub_offline():
                 os.environ[key] = value
 
 
-def measure(method: str, method_kwargs: dict | None = None, custom_methods: dict | None = None, workdir: str = ".") -> dict:
+def measure(
+    method: str, method_kwargs: dict | None = None, custom_methods: dict | None = None, workdir: str = "."
+) -> dict:
     """The measured properties of one method (see the module docstring), or why they could not be measured."""
     spec = get_method(method, custom_methods)
     retention = PROBE_RETENTION if spec.takes_retention else FULL_RETENTION
-    facts = {"method": method, "label": spec.label, "family": spec.family, "origin": spec.origin, "retention": retention}
-    facts.update(removes_tokens=False, masks_slots=False, cache_growth=1.0, prunes_channels=False, compresses_while_decoding=False,
-                 reads_question=False, needs_hub_data=None, padded_row_pad_share=None, padded_batch_error=None,
-                 status="ok", error=None)
+    facts = {
+        "method": method,
+        "label": spec.label,
+        "family": spec.family,
+        "origin": spec.origin,
+        "retention": retention,
+    }
+    facts.update(
+        removes_tokens=False,
+        masks_slots=False,
+        cache_growth=1.0,
+        prunes_channels=False,
+        compresses_while_decoding=False,
+        reads_question=False,
+        needs_hub_data=None,
+        padded_row_pad_share=None,
+        padded_batch_error=None,
+        status="ok",
+        error=None,
+    )
     if spec.kv_cache_bits is not None or spec.construction is None:
         return {**facts, "construction": None}
 
@@ -251,7 +279,12 @@ def write_shipped_properties(path: str | None = None) -> Path:
     for name in METHODS:
         methods[name] = shipped_facts(measure(name))
         print(f"{name}: {methods[name]}", file=sys.stderr, flush=True)
-    document = {"kvpress": version("kvpress"), "transformers": version("transformers"), "measured_by": __name__ + ".measure", "methods": methods}
+    document = {
+        "kvpress": version("kvpress"),
+        "transformers": version("transformers"),
+        "measured_by": __name__ + ".measure",
+        "methods": methods,
+    }
     target.write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
     return target
 

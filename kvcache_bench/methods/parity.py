@@ -107,6 +107,8 @@ def question_agnostic_methods() -> list[str]:
     first_of_family: dict[str, str] = {}
     for name in methods_checked(PIPELINE):
         first_of_family.setdefault(BUILT_IN[name].family, name)
-    for name in methods_checked(WHILE_DECODING):  # the first of each decoding-time press class (DecodingPress, CAMPress)
+    for name in methods_checked(
+        WHILE_DECODING
+    ):  # the first of each decoding-time press class (DecodingPress, CAMPress)
         first_of_family.setdefault(BUILT_IN[name].construction.press, name)
     return list(first_of_family.values())

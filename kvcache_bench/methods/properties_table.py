@@ -8,8 +8,13 @@ from pathlib import Path
 from kvcache_bench.methods.constructions import decoding_budget
 
 WHILE_DECODING = "runs while decoding, with its budget in method_kwargs"
-FLAGS = (("removes_tokens", "removes"), ("masks_slots", "masks"), ("prunes_channels", "channels"),
-         ("compresses_while_decoding", "decoding"), ("reads_question", "question"))
+FLAGS = (
+    ("removes_tokens", "removes"),
+    ("masks_slots", "masks"),
+    ("prunes_channels", "channels"),
+    ("compresses_while_decoding", "decoding"),
+    ("reads_question", "question"),
+)
 
 
 def verdict(properties: dict) -> str:
@@ -40,7 +45,11 @@ def runs_while_decoding(properties: dict) -> bool:
 
 def doctor_table(paths: list[str]) -> str:
     rows = [json.loads(Path(path).read_text()) for path in paths]
-    header = f"{'method':<38} {'family':<16} " + " ".join(f"{short:<8}" for _, short in FLAGS) + f" {'pad share':<9} verdict\n"
+    header = (
+        f"{'method':<38} {'family':<16} "
+        + " ".join(f"{short:<8}" for _, short in FLAGS)
+        + f" {'pad share':<9} verdict\n"
+    )
     lines = [header]
     for row in rows:
         flags = " ".join(f"{('yes' if row.get(key) else '-'):<8}" for key, _ in FLAGS)

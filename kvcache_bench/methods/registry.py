@@ -53,9 +53,13 @@ def custom_specs(custom_methods: dict | None) -> dict[str, MethodSpec]:
             kwargs[field_name] = constructions if field_name in ("presses", "__positional__") else constructions[0]
         construction = Construction(settings["press"], kwargs)
         specs[name] = MethodSpec(
-            name, settings.get("label") or name, construction, CUSTOM,
+            name,
+            settings.get("label") or name,
+            construction,
+            CUSTOM,
             takes_retention=settings.get("takes_retention", True),
-            requires_eager_attention="ObservedAttentionPress" in classes_in(construction), origin="custom",
+            requires_eager_attention="ObservedAttentionPress" in classes_in(construction),
+            origin="custom",
         )
         return specs[name]
 
@@ -122,7 +126,9 @@ def _quantized_cache_options(name: str, kwargs: dict | None) -> dict:
     options = dict(kwargs or {})
     unknown = sorted(set(options) - set(QUANTIZED_CACHE_OPTIONS))
     if unknown:
-        raise UnknownMethodError(f"method {name!r} (QuantizedCache) does not accept {unknown}; accepted: {list(QUANTIZED_CACHE_OPTIONS)}")
+        raise UnknownMethodError(
+            f"method {name!r} (QuantizedCache) does not accept {unknown}; accepted: {list(QUANTIZED_CACHE_OPTIONS)}"
+        )
     return options
 
 
@@ -141,13 +147,14 @@ def cache_factory_for(name: str, model, kwargs: dict | None = None, custom_metho
     width = model.config.num_key_value_heads * head_dim
     options.setdefault("q_group_size", math.gcd(64, width))
     if width % options["q_group_size"]:
-        raise UnknownMethodError(f"method {name!r}: q_group_size {options['q_group_size']} must divide kv_heads x head_dim = {width}")
+        raise UnknownMethodError(
+            f"method {name!r}: q_group_size {options['q_group_size']} must divide kv_heads x head_dim = {width}"
+        )
 
     def make_quantized_cache():
         return QuantizedCache(backend=QUANTIZED_CACHE_BACKEND, config=model.config, nbits=spec.kv_cache_bits, **options)
 
     return make_quantized_cache
-
 
 
 def apply_retention(built, compression_ratio: float) -> None:
@@ -164,7 +171,14 @@ def apply_retention(built, compression_ratio: float) -> None:
         built.compression_ratio = compression_ratio
 
 
-def build_press(name: str, retention: float, kwargs: dict | None = None, seed: int | None = None, custom_methods: dict | None = None, workdir: str = "."):
+def build_press(
+    name: str,
+    retention: float,
+    kwargs: dict | None = None,
+    seed: int | None = None,
+    custom_methods: dict | None = None,
+    workdir: str = ".",
+):
     """Instantiate the press for a method at a retention, or ``None`` when the method has no press."""
     spec = get_method(name, custom_methods)
     if spec.construction is None:
@@ -177,7 +191,9 @@ def build_press(name: str, retention: float, kwargs: dict | None = None, seed: i
             raise UnknownMethodError(f"method {name!r} takes no kwargs, got {sorted(kwargs)}")
         return None
     if not spec.takes_retention and retention != FULL_RETENTION:
-        raise ValueError(f"{name} takes no retention (its budget is in its kwargs); its retention must be 1.0, got {retention}")
+        raise ValueError(
+            f"{name} takes no retention (its budget is in its kwargs); its retention must be 1.0, got {retention}"
+        )
     try:
         kvpress_import = import_kvpress()
     except ImportError as error:
@@ -218,5 +234,7 @@ def doctor(custom_methods: dict | None = None) -> list[dict]:
             status = "ok"
         except (UnknownMethodError, TypeError, ValueError, AssertionError) as error:
             status, target = "missing", str(error)
-        rows.append({"method": spec.name, "label": spec.label, "status": status, "press": target, "family": spec.family})
+        rows.append(
+            {"method": spec.name, "label": spec.label, "status": status, "press": target, "family": spec.family}
+        )
     return rows

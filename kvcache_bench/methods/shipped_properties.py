@@ -22,8 +22,16 @@ SHIPPED_PATH = Path(__file__).with_name("measured_properties.json")
 # The facts a cell's refusal or decode path depends on (cell_checks.measured_problems), and the pad share a
 # table may quote. The construction is left out: it is the default arguments', not a cell's.
 SHIPPED_KEYS = (
-    "removes_tokens", "masks_slots", "cache_growth", "prunes_channels", "compresses_while_decoding", "reads_question",
-    "needs_hub_data", "padded_row_pad_share", "status", "error",
+    "removes_tokens",
+    "masks_slots",
+    "cache_growth",
+    "prunes_channels",
+    "compresses_while_decoding",
+    "reads_question",
+    "needs_hub_data",
+    "padded_row_pad_share",
+    "status",
+    "error",
 )
 REPO_ROOT = str(Path(__file__).resolve().parents[2])
 

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 BASELINE_ENGINE = "kvpress_pipeline"
-PATH_ORDER = {BASELINE_ENGINE: 0, "kvcache_bench": 1, "floor": 2}  # the table's rows: the baseline, this engine, the floor
+PATH_ORDER = {
+    BASELINE_ENGINE: 0,
+    "kvcache_bench": 1,
+    "floor": 2,
+}  # the table's rows: the baseline, this engine, the floor
 
 
 @dataclass(frozen=True)
@@ -27,9 +31,13 @@ class Floor:
         return self.prefill_s + self.decode_s
 
 
-def floor_per_example(shape: dict, dtype: str, rates: dict, *, prompt_tokens: float, kept_tokens: float, new_tokens: float, rows: int) -> Floor:
+def floor_per_example(
+    shape: dict, dtype: str, rates: dict, *, prompt_tokens: float, kept_tokens: float, new_tokens: float, rows: int
+) -> Floor:
     """The least seconds one example takes at the measured rates (``shape``: the model's config.json)."""
-    hidden, layers, heads, kv_heads = (shape[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"))
+    hidden, layers, heads, kv_heads = (
+        shape[k] for k in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+    )
     head_dim = shape.get("head_dim") or hidden // heads
     mlp, vocab = shape["intermediate_size"], shape["vocab_size"]
     per_layer = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2 + 3 * hidden * mlp
@@ -53,23 +61,44 @@ def engine_rows(cells: list[dict], shape: dict, dtype: str, rates: dict) -> list
     for cell in cells:
         records = cell["records"]
         seconds = sum(r["seconds"] for r in records)
-        rows.append({
-            "path": cell["engine"], "model": cell["model"], "decode_batch_size": max(r["effective_decode_batch_size"] for r in records),
-            "examples": len(records), "examples_per_s": len(records) / seconds,
-            "prompt_tokens": statistics.mean(r["prompt_tokens"] for r in records),
-            "kept_tokens": statistics.mean(r["kept_tokens"] for r in records),
-            "generated_tokens": statistics.mean(r["generated_tokens"] for r in records if r["generated_tokens"] is not None)
-            if any(r["generated_tokens"] is not None for r in records) else None,
-        })
+        rows.append(
+            {
+                "path": cell["engine"],
+                "model": cell["model"],
+                "decode_batch_size": max(r["effective_decode_batch_size"] for r in records),
+                "examples": len(records),
+                "examples_per_s": len(records) / seconds,
+                "prompt_tokens": statistics.mean(r["prompt_tokens"] for r in records),
+                "kept_tokens": statistics.mean(r["kept_tokens"] for r in records),
+                "generated_tokens": statistics.mean(
+                    r["generated_tokens"] for r in records if r["generated_tokens"] is not None
+                )
+                if any(r["generated_tokens"] is not None for r in records)
+                else None,
+            }
+        )
     ours = [row for row in rows if row["path"] != BASELINE_ENGINE]
     if ours:
         prompt, kept = ours[0]["prompt_tokens"], ours[0]["kept_tokens"]
         new_tokens = statistics.mean(row["generated_tokens"] for row in ours)
         for batch in sorted({row["decode_batch_size"] for row in ours}):
-            floor = floor_per_example(shape, dtype, rates, prompt_tokens=prompt, kept_tokens=kept, new_tokens=new_tokens, rows=batch)
-            rows.append({"path": "floor", "model": ours[0]["model"], "decode_batch_size": batch, "examples": None,
-                         "examples_per_s": 1 / floor.total_s, "prefill_floor_s": floor.prefill_s, "decode_floor_s": floor.decode_s,
-                         "prompt_tokens": prompt, "kept_tokens": kept, "generated_tokens": new_tokens})
+            floor = floor_per_example(
+                shape, dtype, rates, prompt_tokens=prompt, kept_tokens=kept, new_tokens=new_tokens, rows=batch
+            )
+            rows.append(
+                {
+                    "path": "floor",
+                    "model": ours[0]["model"],
+                    "decode_batch_size": batch,
+                    "examples": None,
+                    "examples_per_s": 1 / floor.total_s,
+                    "prefill_floor_s": floor.prefill_s,
+                    "decode_floor_s": floor.decode_s,
+                    "prompt_tokens": prompt,
+                    "kept_tokens": kept,
+                    "generated_tokens": new_tokens,
+                }
+            )
     rows.sort(key=lambda row: (PATH_ORDER[row["path"]], row["decode_batch_size"]))
     baseline = next((row["examples_per_s"] for row in rows if row["path"] == BASELINE_ENGINE), None)
     for row in rows:
@@ -78,10 +107,15 @@ def engine_rows(cells: list[dict], shape: dict, dtype: str, rates: dict) -> list
 
 
 def markdown_table(rows: list[dict]) -> str:
-    names = {"kvpress_pipeline": "kvpress `KVPressTextGenerationPipeline` (batch 1)", "kvcache_bench": "this engine, decode batch {b}",
-             "floor": "hardware floor (measured FLOP and copy rates), decode batch {b}"}
+    names = {
+        "kvpress_pipeline": "kvpress `KVPressTextGenerationPipeline` (batch 1)",
+        "kvcache_bench": "this engine, decode batch {b}",
+        "floor": "hardware floor (measured FLOP and copy rates), decode batch {b}",
+    }
     lines = ["| path | examples/s | × kvpress's pipeline |", "|---|---:|---:|"]
     for row in rows:
         ratio = f"{row['vs_kvpress_pipeline']:.1f}×" if row["vs_kvpress_pipeline"] else "—"
-        lines.append(f"| {names[row['path']].format(b=row['decode_batch_size'])} | {row['examples_per_s']:.2f} | {ratio} |")
+        lines.append(
+            f"| {names[row['path']].format(b=row['decode_batch_size'])} | {row['examples_per_s']:.2f} | {ratio} |"
+        )
     return "\n".join(lines) + "\n"

@@ -20,7 +20,6 @@ class HardwareUnavailableError(RuntimeError):
     pass
 
 
-
 class PowerSampler:
     """A thread sampling power (W), device memory in use (bytes) and SM clock (MHz) at ``hz``.
 
@@ -108,7 +107,9 @@ class FakeHardware:
 
     def sampler(self, hz: float) -> PowerSampler:
         # ru_maxrss is KiB on Linux: the process's peak resident memory, the nearest thing to a device peak.
-        return PowerSampler(lambda: FAKE_POWER_WATTS, lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, hz=hz)
+        return PowerSampler(
+            lambda: FAKE_POWER_WATTS, lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, hz=hz
+        )
 
 
 class NvmlHardware:
@@ -192,4 +193,3 @@ def pick_hardware(requested: str, device: torch.device):
         if requested == "nvml":
             raise
         return FakeHardware()
-

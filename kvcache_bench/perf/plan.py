@@ -31,7 +31,12 @@ def with_attention(jobs: list[dict], config: dict) -> list[dict]:
     """Each planned job with the attention implementation it will load its model with (``attention``)."""
     custom = config.get("custom_methods")
     return [
-        {**job, "attention": attention_implementation_for(job["method"], config["models"][job["model"]]["attn_implementation"], custom)}
+        {
+            **job,
+            "attention": attention_implementation_for(
+                job["method"], config["models"][job["model"]]["attn_implementation"], custom
+            ),
+        }
         for job in jobs
     ]
 
@@ -85,8 +90,11 @@ def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: d
     of_model = [r for r in records if r.get("model") == model]
     attention = job_attention(job)
     same_model = [
-        r for r in of_model
-        if r.get("batch_size", 1) == job["batch_size"] and r.get("decode_batch_size", 1) == decode and record_attention(r) == attention
+        r
+        for r in of_model
+        if r.get("batch_size", 1) == job["batch_size"]
+        and r.get("decode_batch_size", 1) == decode
+        and record_attention(r) == attention
     ]
     exact = [r for r in same_model if r["method"] == job["method"] and abs(r["retention"] - job["retention"]) < 1e-9]
     baseline = [r for r in same_model if r["method"] == "full_cache"]
@@ -97,18 +105,41 @@ def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: d
         matched = exact or baseline or other_method
         per_run = _per_run_seconds(matched, prompt, job["new_tokens"])
         gpu = matched[0].get("gpu_name")
-        kind = "" if exact else " (full cache)" if baseline else f" ({matched[0]['method']} {matched[0]['retention']:.0%})"
+        kind = (
+            "" if exact else " (full cache)" if baseline else f" ({matched[0]['method']} {matched[0]['retention']:.0%})"
+        )
         source = f"measured {model} on {gpu}" + kind + (f" at decode batch {decode}" if decode > 1 else "")
         return load + job["runs"] * per_run, source, prompt
     if of_model:  # measured, but not like this: a guess from the defaults would pass for a measurement
         measured = sorted({record_attention(r) for r in of_model})
         if attention not in measured:
-            return None, f"cannot price: {model} was measured with {', '.join(measured)} attention only, not {attention}", prompt
-        settings_measured = sorted({(r.get("batch_size", 1), r.get("decode_batch_size", 1)) for r in of_model if record_attention(r) == attention})
+            return (
+                None,
+                f"cannot price: {model} was measured with {', '.join(measured)} attention only, not {attention}",
+                prompt,
+            )
+        settings_measured = sorted(
+            {
+                (r.get("batch_size", 1), r.get("decode_batch_size", 1))
+                for r in of_model
+                if record_attention(r) == attention
+            }
+        )
         if (job["batch_size"], decode) not in settings_measured:
-            return None, (f"cannot price: {model} was measured at " + ", ".join(f"batch {b} decode {d}" for b, d in settings_measured)
-                          + f" only, not batch {job['batch_size']} decode {decode}"), prompt
-        return None, f"cannot price: no record of {job['method']} or the full cache on {model} at batch {job['batch_size']} decode {decode}", prompt
+            return (
+                None,
+                (
+                    f"cannot price: {model} was measured at "
+                    + ", ".join(f"batch {b} decode {d}" for b, d in settings_measured)
+                    + f" only, not batch {job['batch_size']} decode {decode}"
+                ),
+                prompt,
+            )
+        return (
+            None,
+            f"cannot price: no record of {job['method']} or the full cache on {model} at batch {job['batch_size']} decode {decode}",
+            prompt,
+        )
     per_run = prompt / settings["prefill_tokens_per_s"] + (job["new_tokens"] - 1) * settings["decode_s_per_token"]
     return load + job["runs"] * per_run, DEFAULTS_SOURCE, prompt
 
@@ -116,11 +147,17 @@ def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: d
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     """Rows of cells as aligned text columns, each as wide as its widest cell (numbers right-aligned)."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip()
-            for row in rows]
+    return [
+        "  ".join(
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
 
 
-def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, defaults=None, gpu_name=None, exists=None) -> str:
+def plan_report(
+    jobs: list[dict], records: list[dict], *, same_cost_as=None, defaults=None, gpu_name=None, exists=None
+) -> str:
     """Like ``snakemake -n``, in hours: every GPU job not yet done, its estimate, and totals per stage, the
     study's jobs apart from the opt-in passes."""
     exists = exists or os.path.exists
@@ -133,7 +170,9 @@ def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, def
             done += 1
             continue
         seconds, source, prompt = estimate_job(job, records, same_cost_as or {}, defaults or {})
-        if seconds is not None and job.get("worker") and job["worker"] not in workers:  # the worker's one load, on its first job
+        if (
+            seconds is not None and job.get("worker") and job["worker"] not in workers
+        ):  # the worker's one load, on its first job
             workers.add(job["worker"])
             seconds += settings["load_s"]
             source += " + the worker's load"
@@ -146,32 +185,58 @@ def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, def
             if source.startswith(DEFAULTS_SOURCE):
                 stage["defaults"] += 1
                 stage["defaults_hours"] += seconds / 3600
-        rows.append([
-            job["stage"], job["model"], job["method"], job_attention(job), f"{job['retention'] * 100:.0f}%", str(job["batch_size"]),
-            str(job.get("decode_batch_size", 1)), str(job["runs"]), str(prompt) if job["prompt_tokens"] else f"~{prompt}",
-            "-" if seconds is None else f"{seconds / 3600:.4f}", source,
-        ])
+        rows.append(
+            [
+                job["stage"],
+                job["model"],
+                job["method"],
+                job_attention(job),
+                f"{job['retention'] * 100:.0f}%",
+                str(job["batch_size"]),
+                str(job.get("decode_batch_size", 1)),
+                str(job["runs"]),
+                str(prompt) if job["prompt_tokens"] else f"~{prompt}",
+                "-" if seconds is None else f"{seconds / 3600:.4f}",
+                source,
+            ]
+        )
     lines = _table(rows, right={4, 5, 6, 7, 8, 9})
     study = {name: stage for name, stage in totals.items() if name not in OPT_IN_STAGES}
     opt_in = {name: stage for name, stage in totals.items() if name in OPT_IN_STAGES}
     stage_of = {id(job): job["stage"] for job in unpriced}
     for name, s in totals.items():
         s["unpriced"] = sum(1 for job in unpriced if stage_of[id(job)] == name)
-    study["total"] = {key: sum(s[key] for s in study.values()) for key in ("jobs", "hours", "defaults", "defaults_hours", "unpriced")}
-    columns = ["stage", "jobs", "GPU-hours"] + (["not priced"] if unpriced else []) + (
-        ["from defaults (unmeasured)"] if study["total"]["defaults"] else [])
+    study["total"] = {
+        key: sum(s[key] for s in study.values()) for key in ("jobs", "hours", "defaults", "defaults_hours", "unpriced")
+    }
+    columns = (
+        ["stage", "jobs", "GPU-hours"]
+        + (["not priced"] if unpriced else [])
+        + (["from defaults (unmeasured)"] if study["total"]["defaults"] else [])
+    )
     stats = [columns]
     for name, s in sorted(study.items(), key=lambda item: item[0] == "total"):
         row = [name, str(s["jobs"]), f"{s['hours']:.3f}"]
         row += [f"{s['unpriced']} jobs" if s["unpriced"] else ""] if unpriced else []
-        row += [f"{s['defaults']} jobs, {s['defaults_hours']:.3f} h" if s["defaults"] else ""] if study["total"]["defaults"] else []
+        row += (
+            [f"{s['defaults']} jobs, {s['defaults_hours']:.3f} h" if s["defaults"] else ""]
+            if study["total"]["defaults"]
+            else []
+        )
         stats.append(row)
     lines += ["", "Job stats (the study's jobs):"] + _table(stats, right={1, 2})
     for name, s in sorted(opt_in.items()):
-        lines.append(f"Opt-in, not in the total: {name} {s['jobs']} jobs, {s['hours']:.3f} GPU-hours ({OPT_IN_STAGES[name]}).")
+        lines.append(
+            f"Opt-in, not in the total: {name} {s['jobs']} jobs, {s['hours']:.3f} GPU-hours ({OPT_IN_STAGES[name]})."
+        )
     if unpriced:
-        named = sorted({f"{job['method']} ({job_attention(job)} attention, batch {job['batch_size']} decode "
-                        f"{job.get('decode_batch_size', 1)}) on {job['model']}" for job in unpriced})
+        named = sorted(
+            {
+                f"{job['method']} ({job_attention(job)} attention, batch {job['batch_size']} decode "
+                f"{job.get('decode_batch_size', 1)}) on {job['model']}"
+                for job in unpriced
+            }
+        )
         lines.append(
             f"Not priced: {len(unpriced)} jobs, whose model was measured, but not with their attention implementation, "
             f"batch sizes or method (or the full cache): {'; '.join(named)}. Their hours are not in the totals; measure such a cell (perf.methods, "
@@ -179,7 +244,9 @@ def plan_report(jobs: list[dict], records: list[dict], *, same_cost_as=None, def
         )
     lines.append(f"Already done (not counted): {done}")
     if workers:
-        lines.append(f"Model loads: one per model worker ({len(workers)}: {', '.join(sorted(workers))}), one per job otherwise.")
+        lines.append(
+            f"Model loads: one per model worker ({len(workers)}: {', '.join(sorted(workers))}), one per job otherwise."
+        )
     if records:
         backend, gpu = records[0].get("hardware_backend"), records[0].get("gpu_name")
         lines.append(f"Measured records: {len(records)} runs on {gpu} ({backend} backend).")

@@ -29,7 +29,10 @@ def _peak_memory_gib(frame: pd.DataFrame) -> tuple[pd.Series, str]:
 
 METRICS = {
     "peak_memory": ("Peak memory vs KV cache kept", _peak_memory_gib),
-    "itl": ("Inter-token latency vs KV cache kept", lambda f: (f["itl_mean_s"] * 1e3, "inter-token latency, mean (ms)")),
+    "itl": (
+        "Inter-token latency vs KV cache kept",
+        lambda f: (f["itl_mean_s"] * 1e3, "inter-token latency, mean (ms)"),
+    ),
     "energy_per_token": (
         "Energy per generated token vs KV cache kept",
         lambda f: (f["energy_per_token_j"], "energy per generated token (J)"),
@@ -58,8 +61,13 @@ def _perf_vs_retention(summary: pd.DataFrame, metric: str, label):
         panel = frame[(frame["model"] == model) & (frame["context_tokens"] == context) & (frame["batch_size"] == 1)]
         full = panel[panel["method"] == "full_cache"]
         if not full.empty:
-            ax.axhline(full["value"].iloc[0], color=method_style("full_cache")["color"], linestyle="--", linewidth=1.2,
-                       label=label("full_cache"))
+            ax.axhline(
+                full["value"].iloc[0],
+                color=method_style("full_cache")["color"],
+                linestyle="--",
+                linewidth=1.2,
+                label=label("full_cache"),
+            )
         for method in compressed:
             line = panel[panel["method"] == method].sort_values("retention")
             if not line.empty:

@@ -28,14 +28,18 @@ def copy_bytes_per_s(device: torch.device, copy_bytes: int = 2**31, repeats: int
     return 2 * copy_bytes / _median_seconds(lambda: target.copy_(source), device, repeats)
 
 
-def matmul_flop_per_s(device: torch.device, size: int = 8192, dtype: torch.dtype = torch.bfloat16, repeats: int = 20) -> float:
+def matmul_flop_per_s(
+    device: torch.device, size: int = 8192, dtype: torch.dtype = torch.bfloat16, repeats: int = 20
+) -> float:
     """FLOP/s of a square ``size`` x ``size`` matrix product in ``dtype`` (median of ``repeats``)."""
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     return 2 * size**3 / _median_seconds(lambda: a @ b, device, repeats)
 
 
-def measure_rates(device: str = "auto", dtype: str = "bfloat16", copy_bytes: int = 2**31, matmul_size: int = 8192, repeats: int = 20) -> dict:
+def measure_rates(
+    device: str = "auto", dtype: str = "bfloat16", copy_bytes: int = 2**31, matmul_size: int = 8192, repeats: int = 20
+) -> dict:
     """Both rates on the job's device, with what they were measured on (rule measure_hardware_rates)."""
     where = pick_device(device)
     return {

@@ -160,7 +160,9 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     kv_after_prefill = cache_bytes(cache)
     for step in range(1, new_tokens):
         before = clock.mark()
-        outputs = model(input_ids=next_token, past_key_values=cache, position_ids=positions[:, step - 1 : step], use_cache=True)
+        outputs = model(
+            input_ids=next_token, past_key_values=cache, position_ids=positions[:, step - 1 : step], use_cache=True
+        )
         forward_spans.append((before, clock.mark()))
         next_token = outputs.logits[:, -1].argmax(dim=-1, keepdim=True)
         token_marks.append(clock.mark())
@@ -236,7 +238,11 @@ def model_architecture(model) -> dict:
 def _software_versions() -> dict:
     from kvcache_bench.manifest import package_versions
 
-    return {name: version for name, version in package_versions().items() if name in ("python", "torch", "transformers", "kvpress", "nvidia-ml-py")}
+    return {
+        name: version
+        for name, version in package_versions().items()
+        if name in ("python", "torch", "transformers", "kvpress", "nvidia-ml-py")
+    }
 
 
 def _measure_once(model, input_ids, press, settings: PerfSettings, hardware) -> dict:
@@ -292,7 +298,8 @@ def measure_cells(
             raise ValueError(f"context for {cell.context_tokens} tokens has {len(context_ids[cell.context_tokens])}")
     device = next(model.parameters()).device
     presses = {
-        cell: build_press(cell.method, cell.retention, settings.method_kwargs.get(cell.method), seed=settings.seed) for cell in cells
+        cell: build_press(cell.method, cell.retention, settings.method_kwargs.get(cell.method), seed=settings.seed)
+        for cell in cells
     }
     for cell, press in presses.items():
         if presses_while_decoding(press) is not None:
@@ -300,9 +307,7 @@ def measure_cells(
                 f"{cell.method} compresses while decoding, and the perf pass times a press over the prompt only: it would "
                 "time the full cache under the method's name. Leave decoding-time presses out of perf.methods."
             )
-    inputs = {
-        cell: torch.tensor([context_ids[cell.context_tokens]] * cell.batch_size, device=device) for cell in cells
-    }
+    inputs = {cell: torch.tensor([context_ids[cell.context_tokens]] * cell.batch_size, device=device) for cell in cells}
     describe = hardware.describe()
     architecture = model_architecture(model)
     software = _software_versions()
@@ -375,4 +380,3 @@ def run_perf_job(
         "hardware_backend": backend.backend,
     }
     return records, accounting
-

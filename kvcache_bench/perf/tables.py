@@ -89,7 +89,9 @@ def summarize_perf(records: list[dict]):
     for key in HARDWARE_KEYS + ["driver_version", "energy_source"]:
         summary[key] = grouped[key].first() if key in frame.columns else None
     summary = summary.reset_index()
-    return summary.sort_values(["model", "context_tokens", "method", "retention"], ascending=[True, True, True, False]).reset_index(drop=True)
+    return summary.sort_values(
+        ["model", "context_tokens", "method", "retention"], ascending=[True, True, True, False]
+    ).reset_index(drop=True)
 
 
 def markdown_table(summary) -> str:
@@ -104,7 +106,11 @@ def markdown_table(summary) -> str:
     lines = [f"Hardware: {gpu} ({backend} backend).", "", header]
 
     def number(value, scale=1.0, digits=1):
-        return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value * scale:.{digits}f}"
+        return (
+            "n/a"
+            if value is None or (isinstance(value, float) and math.isnan(value))
+            else f"{value * scale:.{digits}f}"
+        )
 
     for row in summary.to_dict("records"):
         label = METHODS[row["method"]].label if row["method"] in METHODS else row["method"]

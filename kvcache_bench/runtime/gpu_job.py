@@ -76,6 +76,12 @@ def gpu_job(job, *, attn_implementation: str | None = None, tokenizer: bool = Tr
                 settings = ModelSettings(**model)
                 attention = attn_implementation or method_attention(job) or settings.attn_implementation
                 loaded = load_for_settings(settings, attn_implementation=attention, tokenizer=tokenizer)
-                log.info("loaded %s (%s, %s attention) on %s in %.2fs", settings.path, settings.dtype, attention,
-                         loaded.device, loaded.load_seconds)
+                log.info(
+                    "loaded %s (%s, %s attention) on %s in %.2fs",
+                    settings.path,
+                    settings.dtype,
+                    attention,
+                    loaded.device,
+                    loaded.load_seconds,
+                )
         yield GpuJob(job, pin, data, loaded)

@@ -56,7 +56,9 @@ class GpuPin:
 
 
 def default_lock_dir() -> str:
-    return os.environ.get("KVCACHE_BENCH_GPU_LOCK_DIR") or os.path.join(tempfile.gettempdir(), "kvcache-bench-gpu-locks")
+    return os.environ.get("KVCACHE_BENCH_GPU_LOCK_DIR") or os.path.join(
+        tempfile.gettempdir(), "kvcache-bench-gpu-locks"
+    )
 
 
 def detected_gpu_count() -> int:
@@ -157,8 +159,14 @@ def claim_gpus(
         time.sleep(poll_seconds)
 
 
-def pin_gpus(wanted: int = 1, *, environ=None, count: int | None = None, lock_dir: str | None = None,
-             timeout: float | None = None) -> GpuPin:
+def pin_gpus(
+    wanted: int = 1,
+    *,
+    environ=None,
+    count: int | None = None,
+    lock_dir: str | None = None,
+    timeout: float | None = None,
+) -> GpuPin:
     """Point this process's CUDA at ``wanted`` free GPUs (or obey a scheduler's choice). Call before CUDA starts."""
     environ = os.environ if environ is None else environ
     torch = sys.modules.get("torch")
@@ -203,8 +211,12 @@ def _cuda_evidence() -> dict:
     if torch is None or not torch.cuda.is_initialized():
         return {"cuda_used": False}
     properties = torch.cuda.get_device_properties(0)
-    return {"cuda_used": True, "cuda_device_name": properties.name, "cuda_device_uuid": f"GPU-{properties.uuid}",
-            "max_memory_allocated": int(torch.cuda.max_memory_allocated(0))}
+    return {
+        "cuda_used": True,
+        "cuda_device_name": properties.name,
+        "cuda_device_uuid": f"GPU-{properties.uuid}",
+        "max_memory_allocated": int(torch.cuda.max_memory_allocated(0)),
+    }
 
 
 def pin_gpus_for_job(job) -> GpuPin:
@@ -224,9 +236,15 @@ def pin_gpus_for_job(job) -> GpuPin:
         claimed_at = time.time()
 
         def record_release():
-            record = {"pid": os.getpid(), "host": socket.gethostname(), "devices": pin.devices,
-                      "source": pin.source, "output": outputs[0] if outputs else None,
-                      "claimed_at": claimed_at, "released_at": time.time()}
+            record = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "devices": pin.devices,
+                "source": pin.source,
+                "output": outputs[0] if outputs else None,
+                "claimed_at": claimed_at,
+                "released_at": time.time(),
+            }
             record.update(_cuda_evidence())
             _trace(trace_path, record)
 

@@ -36,7 +36,8 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
     for warning in cell_warnings(SimpleNamespace(retention=p.retention, **measured)):
         logging.getLogger("kvcache_bench").warning("measured other than asked: %s", warning)
     extra = {
-        "records": count, "data_sha256": data[str(job.input.rows)]["content"]["sha256"],
+        "records": count,
+        "data_sha256": data[str(job.input.rows)]["content"]["sha256"],
         # None for a local folder: its files are inputs
         "model_hub_revision": resolved_revision(p.model_settings["path"], "model", p.model_settings.get("revision")),
     }

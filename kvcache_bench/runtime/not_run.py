@@ -29,7 +29,13 @@ def refusal_of(job) -> list[str]:
         return []
     p = settings_of(job)
     cell = Cell(
-        p.dataset, p.task, p.model, p.method, getattr(p, "question_mode", "question_aware"), p.retention, p.batch_size,
+        p.dataset,
+        p.task,
+        p.model,
+        p.method,
+        getattr(p, "question_mode", "question_aware"),
+        p.retention,
+        p.batch_size,
         getattr(p, "decode_batch_size", 1),
     )
     measured = json.loads(Path(properties).read_text())
@@ -42,5 +48,9 @@ def write_not_run(job, problems: list[str]) -> None:
     """No model and no GPU: an empty predictions file whose manifest names the refusal (logged to the job's log)."""
     with logging_to(job):
         write_jsonl_atomic(job.output.predictions, [])
-        write_manifest(job.output.predictions, params_of(job), settings_of(job).seed, extra={"records": 0, "not_run": problems})
-        logging.getLogger("kvcache_bench").error("not run, refused from its method's measured properties: %s", "; ".join(problems))
+        write_manifest(
+            job.output.predictions, params_of(job), settings_of(job).seed, extra={"records": 0, "not_run": problems}
+        )
+        logging.getLogger("kvcache_bench").error(
+            "not run, refused from its method's measured properties: %s", "; ".join(problems)
+        )

@@ -41,7 +41,9 @@ def attention_sink_report(model, tokenizer, rows: list[dict], task: str, max_con
     """Per-layer attention on position 0, averaged over ``rows``' prompts (as the engine builds them)."""
     per_row, lengths = [], []
     for row in rows:
-        prompt = build_prompt_tokens(tokenizer, task, row["context"], row["input"], max_context_tokens, row.get("answer_prefix") or "")
+        prompt = build_prompt_tokens(
+            tokenizer, task, row["context"], row["input"], max_context_tokens, row.get("answer_prefix") or ""
+        )
         per_row.append(attention_on_first_position(model, prompt.context_ids + prompt.question_ids))
         lengths.append(prompt.length)
     layers = len(per_row[0])
@@ -74,16 +76,28 @@ def write_padding_report(job, loaded, data: dict, worker: dict | None = None) ->
     p = settings_of(job)
     rows = interleave_by_length([read_jsonl(path)[: p.examples_per_dataset] for path in job.input.rows])
     run = CellRun(
-        task=p.task, model_settings=loaded.settings, method=p.method, retention=p.retention,
-        question_mode=QuestionMode.QUESTION_AWARE.value, max_new_tokens=p.max_new_tokens, seed=p.seed,
-        batch_size=p.batch_size, method_kwargs=p.method_kwargs,
+        task=p.task,
+        model_settings=loaded.settings,
+        method=p.method,
+        retention=p.retention,
+        question_mode=QuestionMode.QUESTION_AWARE.value,
+        max_new_tokens=p.max_new_tokens,
+        seed=p.seed,
+        batch_size=p.batch_size,
+        method_kwargs=p.method_kwargs,
     )
     report = padding_effect(loaded.model, loaded.tokenizer, rows, run)
     write_json_atomic(job.output.report, report)
-    extra = {"examples": len(rows), "data_sha256": {path: manifest["content"]["sha256"] for path, manifest in data.items()}}
+    extra = {
+        "examples": len(rows),
+        "data_sha256": {path: manifest["content"]["sha256"] for path, manifest in data.items()},
+    }
     write_manifest(job.output.report, params_of(job), p.seed, extra={**extra, **({"worker": worker} if worker else {})})
-    print(f"{p.method}: {report['changed_answers']}/{len(rows)} answers changed; "
-          f"score {report['score_batch_1']} -> {report['score_padded_batch']}", file=sys.stderr)
+    print(
+        f"{p.method}: {report['changed_answers']}/{len(rows)} answers changed; "
+        f"score {report['score_batch_1']} -> {report['score_padded_batch']}",
+        file=sys.stderr,
+    )
 
 
 def interleave_by_length(rows_by_source: list[list[dict]]) -> list[dict]:
@@ -139,8 +153,14 @@ def padding_effect(model, tokenizer, rows: list[dict], run: CellRun) -> dict:
         # per row, per layer: pad positions still in the cache after the press, averaged over KV heads
         "pads_kept_per_row_and_layer": kept,
         "answers": [
-            {"id": r["_id"], "batch_1": a, "padded_batch": b, "references": r["answers"],
-             "score_batch_1": x, "score_padded_batch": y}
+            {
+                "id": r["_id"],
+                "batch_1": a,
+                "padded_batch": b,
+                "references": r["answers"],
+                "score_batch_1": x,
+                "score_padded_batch": y,
+            }
             for r, a, b, x, y in zip(rows, alone, padded, scores_alone, scores_padded)
         ],
     }
@@ -184,8 +204,14 @@ def _prefilled_cache(model, input_ids, mask, press):
     for layer in model.model.layers:
         layer.self_attn.masked_key_indices = None
     with press_context(press, model):
-        model.generate(input_ids=input_ids, attention_mask=mask, past_key_values=cache, max_new_tokens=1,
-                       do_sample=False, pad_token_id=0)
+        model.generate(
+            input_ids=input_ids,
+            attention_mask=mask,
+            past_key_values=cache,
+            max_new_tokens=1,
+            do_sample=False,
+            pad_token_id=0,
+        )
     masked = [getattr(layer.self_attn, "masked_key_indices", None) for layer in model.model.layers]
     return cache, masked
 

@@ -48,13 +48,25 @@ from kvcache_bench.workflow import ScriptJob
 IDLE_SECONDS = 60
 START_TIMEOUT_SECONDS = 1800  # an 8B model from a slow disk
 # Read when a library is imported, so a worker serves only clients that agree on them.
-IMPORT_TIME_ENV_PREFIXES = ("HF_", "TRANSFORMERS_", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "PYTHON", "KVCACHE_BENCH_")
+IMPORT_TIME_ENV_PREFIXES = (
+    "HF_",
+    "TRANSFORMERS_",
+    "TORCH",
+    "PYTORCH",
+    "CUDA",
+    "OMP_",
+    "MKL_",
+    "PYTHON",
+    "KVCACHE_BENCH_",
+)
 CPU_SLOTS = [str(index) for index in range(256)]
 
 
 def applies_to(job) -> bool:
     """Workers are asked for and no cluster scheduler runs this job (a worker would die with its allocation)."""
-    return bool(dict(job.params.items()).get("model_workers")) and not any(os.environ.get(v) for v in SCHEDULER_JOB_VARIABLES)
+    return bool(dict(job.params.items()).get("model_workers")) and not any(
+        os.environ.get(v) for v in SCHEDULER_JOB_VARIABLES
+    )
 
 
 def snakemake_run_pid() -> int:
@@ -180,8 +192,20 @@ def _start_worker(address: str, log_path: Path, settings: dict, owner: int, thre
     with open(log_path, "a") as log:
         # its own session: a Snakemake that stops this job's process group leaves the worker to the next cell
         return subprocess.Popen(
-            [sys.executable, "-m", "kvcache_bench.runtime.worker", address, str(log_path), json.dumps(settings), str(owner), str(threads)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "kvcache_bench.runtime.worker",
+                address,
+                str(log_path),
+                json.dumps(settings),
+                str(owner),
+                str(threads),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
         )
 
 
@@ -199,10 +223,14 @@ def _connect(address: str, log_path: Path, start) -> socket.socket:
         if worker is None:
             worker = start()
         elif worker.poll() is not None:
-            raise RuntimeError(f"the model worker exited while loading (exit status {worker.returncode}); its log {log_path} ends:\n{_tail(log_path)}")
+            raise RuntimeError(
+                f"the model worker exited while loading (exit status {worker.returncode}); its log {log_path} ends:\n{_tail(log_path)}"
+            )
         if time.monotonic() > deadline:
             worker.kill()
-            raise TimeoutError(f"the model worker did not start in {START_TIMEOUT_SECONDS} s; its log {log_path} ends:\n{_tail(log_path)}")
+            raise TimeoutError(
+                f"the model worker did not start in {START_TIMEOUT_SECONDS} s; its log {log_path} ends:\n{_tail(log_path)}"
+            )
         time.sleep(0.05)
 
 
@@ -295,7 +323,9 @@ def _serve_one(connection: socket.socket, loaded, facts: dict) -> bool:
         return False
 
 
-def serve(address: str, log_path: Path, settings: dict, owner: int, threads: int, idle_seconds: float = IDLE_SECONDS) -> None:
+def serve(
+    address: str, log_path: Path, settings: dict, owner: int, threads: int, idle_seconds: float = IDLE_SECONDS
+) -> None:
     started = time.perf_counter()
     import torch
 
@@ -304,9 +334,17 @@ def serve(address: str, log_path: Path, settings: dict, owner: int, threads: int
 
     torch.set_num_threads(max(1, threads))
     loaded = load_for_settings(ModelSettings(**settings["model"]), attn_implementation=settings["attention"])
-    facts = {"pid": os.getpid(), "host": socket.gethostname(), "log": str(log_path), "loaded_at": time.time(),
-             "load_seconds": round(loaded.load_seconds, 3), "start_seconds": round(time.perf_counter() - started, 3),
-             "device": str(loaded.device), "attention": settings["attention"], "cells_served": 0}
+    facts = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "log": str(log_path),
+        "loaded_at": time.time(),
+        "load_seconds": round(loaded.load_seconds, 3),
+        "start_seconds": round(time.perf_counter() - started, 3),
+        "device": str(loaded.device),
+        "attention": settings["attention"],
+        "cells_served": 0,
+    }
     socket_file = None if address.startswith("@") else Path(address)
     if socket_file is not None:
         socket_file.unlink(missing_ok=True)  # a dead worker's: its clients hold the slot, so nobody else starts one
@@ -316,9 +354,14 @@ def serve(address: str, log_path: Path, settings: dict, owner: int, threads: int
     listener.settimeout(1.0)
     gpu = os.environ.get("CUDA_VISIBLE_DEVICES") if loaded.device.type == "cuda" else None
     if gpu is not None:
-        (Path(default_lock_dir()) / f"gpu-{gpu}.worker").write_text(json.dumps({"pid": os.getpid(), "key": _key_of(address)}))
-    print(f"model worker {os.getpid()} ready: {settings['model']['path']} ({settings['attention']} attention) on {loaded.device}, "
-          f"loaded in {facts['load_seconds']} s, {facts['start_seconds']} s from start", flush=True)
+        (Path(default_lock_dir()) / f"gpu-{gpu}.worker").write_text(
+            json.dumps({"pid": os.getpid(), "key": _key_of(address)})
+        )
+    print(
+        f"model worker {os.getpid()} ready: {settings['model']['path']} ({settings['attention']} attention) on {loaded.device}, "
+        f"loaded in {facts['load_seconds']} s, {facts['start_seconds']} s from start",
+        flush=True,
+    )
     write_manifest(log_path, settings, None, extra={"worker": facts})
     idle_since = time.monotonic()
     try:

@@ -37,10 +37,17 @@ class CellRun:
     def from_settings(cls, settings, model_settings, masks_slots: bool = False) -> CellRun:
         """From a job's wildcards and params (``workflow.settings_of``), on the model settings it loaded."""
         return cls(
-            task=settings.task, model_settings=model_settings, method=settings.method, retention=settings.retention,
-            question_mode=settings.question_mode, max_new_tokens=settings.max_new_tokens, seed=settings.seed,
-            batch_size=settings.batch_size, decode_batch_size=settings.decode_batch_size,
+            task=settings.task,
+            model_settings=model_settings,
+            method=settings.method,
+            retention=settings.retention,
+            question_mode=settings.question_mode,
+            max_new_tokens=settings.max_new_tokens,
+            seed=settings.seed,
+            batch_size=settings.batch_size,
+            decode_batch_size=settings.decode_batch_size,
             method_kwargs=settings.method_kwargs,
             # absent when a command line names no custom method
-            custom_methods=getattr(settings, "custom_methods", None), masks_slots=masks_slots,
+            custom_methods=getattr(settings, "custom_methods", None),
+            masks_slots=masks_slots,
         )

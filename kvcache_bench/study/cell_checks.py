@@ -48,15 +48,29 @@ def problems_with(
     from the method's measured properties (its check job's output, ``methods.method_properties``) and the
     cell's ``max_new_tokens`` (a decoding-time budget must compress within them)."""
     return setting_problems(
-        task=cell.task, method=cell.method, question_mode=cell.question_mode, retention=cell.retention,
-        batch_size=cell.batch_size, decode_batch_size=cell.decode_batch_size, custom_methods=custom_methods,
-        measured=measured, max_new_tokens=max_new_tokens,
+        task=cell.task,
+        method=cell.method,
+        question_mode=cell.question_mode,
+        retention=cell.retention,
+        batch_size=cell.batch_size,
+        decode_batch_size=cell.decode_batch_size,
+        custom_methods=custom_methods,
+        measured=measured,
+        max_new_tokens=max_new_tokens,
     )
 
 
 def setting_problems(
-    *, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int,
-    custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None,
+    *,
+    task: str,
+    method: str,
+    question_mode: str,
+    retention: float,
+    batch_size: int,
+    decode_batch_size: int,
+    custom_methods: dict | None = None,
+    measured: dict | None = None,
+    max_new_tokens: int | None = None,
 ) -> list[str]:
     """``problems_with`` for what a generation job runs, whatever its dataset and model are called."""
     problems = []
@@ -66,7 +80,11 @@ def setting_problems(
         return [str(error)]
     if measured is not None:
         problems += measured_problems(
-            method, measured, batch_size=batch_size, decode_batch_size=decode_batch_size, question_mode=question_mode,
+            method,
+            measured,
+            batch_size=batch_size,
+            decode_batch_size=decode_batch_size,
+            question_mode=question_mode,
             max_new_tokens=max_new_tokens,
         )
     if task not in KNOWN_TASKS:
@@ -96,13 +114,20 @@ def setting_problems(
 
 
 def measured_problems(
-    method: str, measured: dict, *, batch_size: int, decode_batch_size: int, question_mode: str = QuestionMode.QUESTION_AWARE.value,
+    method: str,
+    measured: dict,
+    *,
+    batch_size: int,
+    decode_batch_size: int,
+    question_mode: str = QuestionMode.QUESTION_AWARE.value,
     max_new_tokens: int | None = None,
 ) -> list[str]:
     """Refusals from what the method was measured to do, so that a custom press is judged like a built-in one."""
     problems = []
     if measured.get("needs_hub_data"):
-        problems.append(f"{method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}")
+        problems.append(
+            f"{method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}"
+        )
     elif measured.get("status") == "fails":
         problems.append(f"{method} fails on a tiny model: {measured.get('error')}")
     if measured.get("cache_growth", 1.0) > 1.0:
@@ -114,22 +139,32 @@ def measured_problems(
     changes_slots = [what for what in ("removes_tokens", "masks_slots") if measured.get(what)]
     if changes_slots and batch_size > 1:
         share = measured.get("padded_row_pad_share")
-        measured_share = f"; measured: {share:.0%} of the padded row's kept slots were pads" if share is not None else ""
+        measured_share = (
+            f"; measured: {share:.0%} of the padded row's kept slots were pads" if share is not None else ""
+        )
         problems.append(
             f"{method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {batch_size}: "
             f"left padding would be scored alongside the prompt (the padding collapse{measured_share}). Use batch size 1."
         )
-    if measured.get("masks_slots") and question_mode in QUESTION_MODES and QuestionMode(question_mode).removes_the_question_it_showed:
+    if (
+        measured.get("masks_slots")
+        and question_mode in QUESTION_MODES
+        and QuestionMode(question_mode).removes_the_question_it_showed
+    ):
         problems.append(
             f"{method} masks slots per head, and the {question_mode} mode removes the question it showed from the cache "
             "slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or question_agnostic."
         )
     if measured.get("compresses_while_decoding"):
-        problems += while_decoding_problems(method, measured, batch_size=batch_size, question_mode=question_mode, max_new_tokens=max_new_tokens)
+        problems += while_decoding_problems(
+            method, measured, batch_size=batch_size, question_mode=question_mode, max_new_tokens=max_new_tokens
+        )
     return problems
 
 
-def while_decoding_problems(method: str, measured: dict, *, batch_size: int, question_mode: str, max_new_tokens: int | None) -> list[str]:
+def while_decoding_problems(
+    method: str, measured: dict, *, batch_size: int, question_mode: str, max_new_tokens: int | None
+) -> list[str]:
     """A press that compresses while decoding runs one example at a time, question-aware or question-agnostic, with a
     budget that compresses within the cell's new tokens (decode batching falls back to batch 1, said in each record)."""
     problems = []
@@ -152,9 +187,7 @@ def while_decoding_problems(method: str, measured: dict, *, batch_size: int, que
     return problems
 
 
-MASKS_DECODE_ALONE = (
-    "the press masks slots per head, and kvpress keeps the masks on the model for one sequence at a time: decoded at batch 1"
-)
+MASKS_DECODE_ALONE = "the press masks slots per head, and kvpress keeps the masks on the model for one sequence at a time: decoded at batch 1"
 
 
 def decode_note(method: str, measured: dict | None, decode_batch_size: int) -> str | None:
@@ -179,16 +212,31 @@ def problems_of(
     return problems_with(Cell(**fields), custom_methods, measured, max_new_tokens)
 
 
-def check_cell(cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None) -> None:
+def check_cell(
+    cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None
+) -> None:
     _refuse(cell.target, problems_with(cell, custom_methods, measured, max_new_tokens))
 
 
 def check_setting(
-    *, task: str, method: str, question_mode: str, retention: float, batch_size: int, decode_batch_size: int,
+    *,
+    task: str,
+    method: str,
+    question_mode: str,
+    retention: float,
+    batch_size: int,
+    decode_batch_size: int,
     custom_methods: dict | None = None,
 ) -> None:
     """``check_cell`` for a job that knows what it runs but not its cell's names (``engine.cell_runner``)."""
-    settings = dict(task=task, method=method, question_mode=question_mode, retention=retention, batch_size=batch_size, decode_batch_size=decode_batch_size)
+    settings = dict(
+        task=task,
+        method=method,
+        question_mode=question_mode,
+        retention=retention,
+        batch_size=batch_size,
+        decode_batch_size=decode_batch_size,
+    )
     target = f"{task}/{method}/{question_mode}/{setting_slug(retention, batch_size, decode_batch_size)}"
     _refuse(target, setting_problems(**settings, custom_methods=custom_methods))
 

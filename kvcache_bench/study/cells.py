@@ -167,7 +167,9 @@ def requested_perf_cells(config: dict) -> list[dict]:
         for model in config["models"]
         if config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE  # the perf pass times this engine's steps
         for method in perf.get("methods") or config["methods"]
-        for retention in retentions_for(method, perf.get("retentions") or config["retentions"], config.get("custom_methods"))
+        for retention in retentions_for(
+            method, perf.get("retentions") or config["retentions"], config.get("custom_methods")
+        )
         for batch_size in perf["batch_sizes"]
         for context in perf["context_lengths"]
     ]

@@ -118,7 +118,9 @@ def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> l
                 f"{dataset['source']!r}: drop revision, or read it from the hub (source: hub, hub_id)"
             )
         if dataset["source"] == "local" and not local_path:
-            problems.append(f"datasets.{name} has source: local but no local_path (a .parquet/.jsonl file or a directory)")
+            problems.append(
+                f"datasets.{name} has source: local but no local_path (a .parquet/.jsonl file or a directory)"
+            )
         if not local_path:
             continue
         where = Path(workdir, local_path)
@@ -200,7 +202,9 @@ def made_model_path_problems(models: dict) -> list[str]:
                 f"Set path: {expected}, or remove {maker}: to load {model['path']!r} as it is."
             )
         if maker and model.get("revision"):
-            problems.append(f"models.{name}.revision pins a hub commit, but the workflow makes this model ({maker}:): drop revision")
+            problems.append(
+                f"models.{name}.revision pins a hub commit, but the workflow makes this model ({maker}:): drop revision"
+            )
     return problems
 
 
@@ -224,13 +228,17 @@ def device_problems(config: dict) -> list[str]:
     device = str((config.get("generation") or {}).get("device", "auto"))
     if DEVICE.match(device):
         return []
-    return [f"generation.device {device!r} is not a device torch knows: use auto (a GPU when there is one), cpu, cuda or cuda:N"]
+    return [
+        f"generation.device {device!r} is not a device torch knows: use auto (a GPU when there is one), cpu, cuda or cuda:N"
+    ]
 
 
 def check_study_config(config: dict, workdir: str | os.PathLike = ".") -> None:
     problems = study_config_problems(config, workdir)
     if problems:
-        raise StudyConfigError("the study config is refused before any job runs:\n" + "\n".join(f"  - {p}" for p in problems))
+        raise StudyConfigError(
+            "the study config is refused before any job runs:\n" + "\n".join(f"  - {p}" for p in problems)
+        )
 
 
 def remote_code_files(path: str | os.PathLike) -> list[str]:

@@ -28,7 +28,9 @@ def kwarg_value_problems(method: str, kwargs: dict) -> list[str]:
         where = f"method_kwargs.{method}.{name} is {value!r}"
         if name in INTEGER_KWARGS:
             if isinstance(value, bool) or not isinstance(value, int):
-                problems.append(f"{where}: it must be a whole number of tokens (an integer), not {type(value).__name__}")
+                problems.append(
+                    f"{where}: it must be a whole number of tokens (an integer), not {type(value).__name__}"
+                )
             elif value < INTEGER_KWARGS[name]:
                 problems.append(f"{where}: it must be at least {INTEGER_KWARGS[name]}")
         elif name in BOOLEAN_KWARGS and not isinstance(value, bool):
@@ -41,7 +43,11 @@ def kwarg_value_problems(method: str, kwargs: dict) -> list[str]:
 
 
 def method_kwargs_value_problems(config: dict) -> list[str]:
-    return [problem for method, kwargs in (config.get("method_kwargs") or {}).items() for problem in kwarg_value_problems(method, kwargs)]
+    return [
+        problem
+        for method, kwargs in (config.get("method_kwargs") or {}).items()
+        for problem in kwarg_value_problems(method, kwargs)
+    ]
 
 
 def prompt_length_problem(method: str, kwargs: dict, pressed_lengths: list[int]) -> str | None:
@@ -60,7 +66,9 @@ def prompt_length_problem(method: str, kwargs: dict, pressed_lengths: list[int])
     return None
 
 
-def decoding_budget_problem(method: str, construction: dict | None, max_new_tokens: int, prompt_lengths: list[int] | None = None) -> str | None:
+def decoding_budget_problem(
+    method: str, construction: dict | None, max_new_tokens: int, prompt_lengths: list[int] | None = None
+) -> str | None:
     """A decoding-time budget that cannot compress within ``max_new_tokens`` new tokens, named as the config sets it.
 
     kvpress's DecodingPress compresses a layer when ``compression_interval`` forward passes under the press have run

@@ -25,7 +25,7 @@ LONGBENCH_PROMPTS = {
         'information in the article, write "unanswerable". If the question is a yes/no question, answer '
         '"yes", "no", or "unanswerable". Do not provide any explanation.\n\nArticle: {context}\n\n Answer the '
         "question based on the above article as concisely as you can, using a single phrase or sentence if "
-        'possible. If the question cannot be answered based on the information in the article, write '
+        "possible. If the question cannot be answered based on the information in the article, write "
         '"unanswerable". If the question is a yes/no question, answer "yes", "no", or "unanswerable". Do not '
         "provide any explanation.\n\nQuestion: {input}\n\nAnswer:"
     ),
@@ -134,20 +134,57 @@ NEEDLE_PROMPTS = {NEEDLE_TASK: "{context}{input}"}
 # LongBench-v2, InfiniteBench's table, LooGLE's, ZeroSCROLLS'); AIME25's and MATH500's live only in kvpress's hub
 # rows, so 4096 here.
 KVPRESS_LAYOUT_MAX_NEW_TOKENS = {
-    **{f"{task}_e": LONGBENCH_MAX_NEW_TOKENS[task] + 20 for task in (
-        "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "gov_report", "multi_news", "trec", "triviaqa", "samsum",
-        "passage_count", "passage_retrieval_en", "lcc", "repobench-p",
-    )},
+    **{
+        f"{task}_e": LONGBENCH_MAX_NEW_TOKENS[task] + 20
+        for task in (
+            "qasper",
+            "multifieldqa_en",
+            "hotpotqa",
+            "2wikimqa",
+            "gov_report",
+            "multi_news",
+            "trec",
+            "triviaqa",
+            "samsum",
+            "passage_count",
+            "passage_retrieval_en",
+            "lcc",
+            "repobench-p",
+        )
+    },
     "longbench_v2": 16,
-    "passkey": 6, "kv_retrieval": 50, "number_string": 12, "longbook_qa_eng": 40, "longbook_choice_eng": 40,
-    "longdialogue_qa_eng": 40, "code_run": 5, "code_debug": 5, "math_find": 3, "math_calc": 30000,
+    "passkey": 6,
+    "kv_retrieval": 50,
+    "number_string": 12,
+    "longbook_qa_eng": 40,
+    "longbook_choice_eng": 40,
+    "longdialogue_qa_eng": 40,
+    "code_run": 5,
+    "code_debug": 5,
+    "math_find": 3,
+    "math_calc": 30000,
     # LooGLE's task2maxlen.json and ZeroSCROLLS' lengths, as kvpress's create_huggingface_dataset.py scripts store them
-    "shortdep_qa": 300, "longdep_qa": 500, "longdep_summarization": 500, "shortdep_cloze": 50,
-    **{f"{task}_zs": tokens for task, tokens in (
-        ("gov_report", 1024), ("summ_screen_fd", 512), ("qmsum", 512), ("qasper", 128), ("narrative_qa", 64),
-        ("quality", 10), ("musique", 32), ("squality", 512), ("space_digest", 36), ("book_sum_sort", 256),
-    )},
-    "aime25": 4096, "math500": 4096,
+    "shortdep_qa": 300,
+    "longdep_qa": 500,
+    "longdep_summarization": 500,
+    "shortdep_cloze": 50,
+    **{
+        f"{task}_zs": tokens
+        for task, tokens in (
+            ("gov_report", 1024),
+            ("summ_screen_fd", 512),
+            ("qmsum", 512),
+            ("qasper", 128),
+            ("narrative_qa", 64),
+            ("quality", 10),
+            ("musique", 32),
+            ("squality", 512),
+            ("space_digest", 36),
+            ("book_sum_sort", 256),
+        )
+    },
+    "aime25": 4096,
+    "math500": 4096,
 }
 KVPRESS_LAYOUT_PROMPTS = {task: "{context}{input}" for task in KVPRESS_LAYOUT_MAX_NEW_TOKENS}
 # ZeroSCROLLS withholds its answers (its leaderboard scores predictions): rows without references, no metric
@@ -157,7 +194,9 @@ ANSWERS_HIDDEN = frozenset(task for task in KVPRESS_LAYOUT_MAX_NEW_TOKENS if tas
 SYNTHETIC_PROMPTS = {
     "synthetic_qa": "read the document and answer the question .\n\ndocument : {context}\n\nquestion : {input}\nanswer :",
 }
-SYNTHETIC_TASK = "synthetic_qa"  # the offline demo's task (kvcache_bench.data.synthetic makes it; the canary trains on it)
+SYNTHETIC_TASK = (
+    "synthetic_qa"  # the offline demo's task (kvcache_bench.data.synthetic makes it; the canary trains on it)
+)
 SYNTHETIC_MAX_NEW_TOKENS = {SYNTHETIC_TASK: 8}
 # The generator's defaults, here so the study can count a synthetic dataset's rows without importing data/.
 SYNTHETIC_FACTS_PER_DOCUMENT = 4
@@ -170,9 +209,13 @@ def synthetic_row_count(generator: dict) -> int:
     questions = generator.get("questions_per_document", SYNTHETIC_QUESTIONS_PER_DOCUMENT)
     return generator.get("n_documents", 0) * min(questions, facts)
 
+
 PROMPTS = {**LONGBENCH_PROMPTS, **RULER_PROMPTS, **NEEDLE_PROMPTS, **KVPRESS_LAYOUT_PROMPTS, **SYNTHETIC_PROMPTS}
 MAX_NEW_TOKENS = {
-    **LONGBENCH_MAX_NEW_TOKENS, **RULER_MAX_NEW_TOKENS, **NEEDLE_MAX_NEW_TOKENS, **KVPRESS_LAYOUT_MAX_NEW_TOKENS,
+    **LONGBENCH_MAX_NEW_TOKENS,
+    **RULER_MAX_NEW_TOKENS,
+    **NEEDLE_MAX_NEW_TOKENS,
+    **KVPRESS_LAYOUT_MAX_NEW_TOKENS,
     **SYNTHETIC_MAX_NEW_TOKENS,
 }
 KNOWN_TASKS = frozenset(PROMPTS)
@@ -260,7 +303,10 @@ def _generation_suffix(tokenizer) -> str:
     """What the chat template appends after the user's words (kvpress finds it the same way)."""
     separator = "#" * 32
     rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "x" + separator}], add_generation_prompt=True, tokenize=False, enable_thinking=False
+        [{"role": "user", "content": "x" + separator}],
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=False,
     )
     return rendered.split(separator, 1)[1]
 
@@ -280,7 +326,9 @@ def build_prompt_tokens(
     ``answer_prefix`` (RULER) opens the assistant's turn.
     """
     if not getattr(tokenizer, "is_fast", False):
-        raise TypeError(f"{type(tokenizer).__name__} is not a fast tokenizer: token offsets are needed to split the prompt")
+        raise TypeError(
+            f"{type(tokenizer).__name__} is not a fast tokenizer: token offsets are needed to split the prompt"
+        )
     context_text, question_text = split_prompt(task, context, question)
     context_text, question_text, truncated, original = _truncate_like_longbench(
         tokenizer, context_text, question_text, max_context_tokens
@@ -307,16 +355,26 @@ def build_prompt_tokens(
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     question_start = _first_token_ending_after(offsets, question_char)
     held_back_start = next(
-        (i for i in range(question_start, len(ids)) if offsets[i][0] >= held_back_char and offsets[i][1] > offsets[i][0]),
+        (
+            i
+            for i in range(question_start, len(ids))
+            if offsets[i][0] >= held_back_char and offsets[i][1] > offsets[i][0]
+        ),
         len(ids),
     )
     return PromptTokens(
-        ids[:question_start], ids[question_start:], truncated=truncated, original_tokens=original, chat_template=chat,
+        ids[:question_start],
+        ids[question_start:],
+        truncated=truncated,
+        original_tokens=original,
+        chat_template=chat,
         held_back_tokens=len(ids) - held_back_start,
     )
 
 
-def vocabulary_problem(prompts: list[PromptTokens], ids: list[str], embedding_rows: int, tokenizer_path: str) -> str | None:
+def vocabulary_problem(
+    prompts: list[PromptTokens], ids: list[str], embedding_rows: int, tokenizer_path: str
+) -> str | None:
     """A prompt token id the model has no embedding for: the tokenizer is not this model's (torch would stop
     with "IndexError: index out of range in self", naming neither)."""
     for prompt, example in zip(prompts, ids):

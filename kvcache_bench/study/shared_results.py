@@ -59,7 +59,7 @@ def _gone(chains: list[list[str]], forced: Iterable[str]) -> dict[str, str]:
         for index, path in enumerate(chain):
             if path in gone or os.path.exists(path):
                 continue
-            later = next((made for made in chain[index + 1:] if os.path.exists(made)), None)
+            later = next((made for made in chain[index + 1 :] if os.path.exists(made)), None)
             if later is not None:
                 gone[path] = later
     return gone
@@ -71,8 +71,10 @@ def gone_intermediates_refusal(chains: list[list[str]], forced: Iterable[str] = 
         return None
     return (
         "files were removed while the files made from them remain, so Snakemake would not remake them and the "
-        "tables would still show what they held:\n" + "\n".join(f"  - {problem}" for problem in problems)
-        + "\n" + forcerun_remedy(paths)
+        "tables would still show what they held:\n"
+        + "\n".join(f"  - {problem}" for problem in problems)
+        + "\n"
+        + forcerun_remedy(paths)
     )
 
 
@@ -102,7 +104,8 @@ def foreign_outputs_refusal(
         return None
     paths, problems = [output for output, _ in found], [problem for _, problem in found]
     return (
-        "results/ holds another study's files:\n" + "\n".join(f"  - {problem}" for problem in problems)
+        "results/ holds another study's files:\n"
+        + "\n".join(f"  - {problem}" for problem in problems)
         + "\nRun each study in its own directory, or remake these files for this config. "
         + forcerun_remedy(paths)
     )

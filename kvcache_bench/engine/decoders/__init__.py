@@ -25,7 +25,9 @@ class Strategy(Enum):
     SHARED_CONTEXT = "shared_context"  # a context compressed once, each of its questions decoded alone from it
     PADDED_BATCH = "padded_batch"  # left-padded prompts prefilled and decoded together (methods that keep every token)
     DECODE_MANY = "decode_many"  # each example prefilled alone, their compressed caches decoded together
-    SHARED_CONTEXTS_TOGETHER = "shared_contexts_together"  # contexts compressed once, all their questions decoded together
+    SHARED_CONTEXTS_TOGETHER = (
+        "shared_contexts_together"  # contexts compressed once, all their questions decoded together
+    )
     OTHER_QUESTION = "other_question"  # context + a question compressed once, its slots removed, questions decoded (other_question, same_question)
     PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
 

@@ -10,8 +10,14 @@ from kvcache_bench.study.prompts import PromptTokens
 
 def alone(settings: Decoding, prompt: PromptTokens) -> Generation:
     return generate_one(
-        settings.model, prompt, settings.press, settings.mode, settings.max_new_tokens, settings.stop_ids,
-        make_cache=settings.make_cache, min_new_tokens=settings.min_new_tokens,
+        settings.model,
+        prompt,
+        settings.press,
+        settings.mode,
+        settings.max_new_tokens,
+        settings.stop_ids,
+        make_cache=settings.make_cache,
+        min_new_tokens=settings.min_new_tokens,
     )
 
 

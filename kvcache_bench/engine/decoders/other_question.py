@@ -10,12 +10,21 @@ from kvcache_bench.engine.single_decode import Generation
 from kvcache_bench.study.prompts import PromptTokens
 
 
-def decode(settings: Decoding, prompts: list[PromptTokens], others: list[list[int]] | None = None) -> tuple[list[Generation], DecodePath]:
+def decode(
+    settings: Decoding, prompts: list[PromptTokens], others: list[list[int]] | None = None
+) -> tuple[list[Generation], DecodePath]:
     groups = shared_context_groups(prompts, others)
     generations, path = generate_other_question(
         settings.model,
-        [OtherQuestionGroup(prompts[g[0]].context_ids, others[g[0]], [prompts[i].question_ids for i in g]) for g in groups],
-        settings.press, settings.max_new_tokens, settings.stop_ids, settings.decode_batch_size,
-        make_cache=settings.make_cache, min_new_tokens=settings.min_new_tokens,
+        [
+            OtherQuestionGroup(prompts[g[0]].context_ids, others[g[0]], [prompts[i].question_ids for i in g])
+            for g in groups
+        ],
+        settings.press,
+        settings.max_new_tokens,
+        settings.stop_ids,
+        settings.decode_batch_size,
+        make_cache=settings.make_cache,
+        min_new_tokens=settings.min_new_tokens,
     )
     return in_prompt_order(groups, generations), path

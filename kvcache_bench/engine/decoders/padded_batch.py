@@ -11,7 +11,12 @@ from kvcache_bench.study.prompts import PromptTokens
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
     generations = generate_padded_batch(
-        settings.model, prompts, settings.press, settings.pad_token_id, settings.max_new_tokens, settings.stop_ids,
+        settings.model,
+        prompts,
+        settings.press,
+        settings.pad_token_id,
+        settings.max_new_tokens,
+        settings.stop_ids,
         make_cache=settings.make_cache,
     )
     return generations, at_batch_one(settings, settings.decode_fallback)

@@ -21,7 +21,13 @@ def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tupl
     if len(prompts) == 1:
         return [alone(settings, prompts[0])], path
     generations = generate_shared_context(
-        settings.model, prompts[0].context_ids, [p.question_ids for p in prompts], settings.press, settings.max_new_tokens,
-        settings.stop_ids, make_cache=settings.make_cache, min_new_tokens=settings.min_new_tokens,
+        settings.model,
+        prompts[0].context_ids,
+        [p.question_ids for p in prompts],
+        settings.press,
+        settings.max_new_tokens,
+        settings.stop_ids,
+        make_cache=settings.make_cache,
+        min_new_tokens=settings.min_new_tokens,
     )
     return generations, path
