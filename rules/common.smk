@@ -217,6 +217,29 @@ def announce_before_any_job():
         print(line, file=sys.stderr)
 
 
+# ----------------------------------------------------------------------------- blocks rules share
+# (as PyPSA-Eur's logs()/benchmarks()/resources(): a block written once here, so each rule is its own few lines)
+
+# a job that holds one GPU: `--resources gpu=N` (profiles/*) runs N of them at once, one per device
+GPU_JOB = {"gpu": 1}
+
+
+def model_job_params(script):
+    """The params of every job that loads a model: its script's code hash, the model's settings, and the hash of
+    a local model's weights (so other weights under the same name rerun the job and show in its manifest)."""
+    return dict(code=package_code(script), model_settings=model_settings, model_sha256=model_content)
+
+
+def figure_outputs(name, subcategory=None, folder="results/figures", caption=None):
+    """A figure's three outputs: the PNG (in `snakemake --report`, under Figures/<subcategory>, with
+    report/<caption or name>.rst, when a subcategory is given), its SVG, and the PNG's manifest."""
+    png = f"{folder}/{name}.png"
+    if subcategory:
+        caption = f"../report/{caption or name}.rst"
+        png = report(png, caption=caption, category="Figures", subcategory=subcategory)
+    return dict(png=png, svg=f"{folder}/{name}.svg", manifest=f"{folder}/{name}.png.manifest.json")
+
+
 # ----------------------------------------------------------------------------- per-rule params
 
 

@@ -13,7 +13,7 @@ if ENGINE_COMPARISON:
         conda:
             "../envs/generate.yaml"
         resources:
-            gpu=1,
+            **GPU_JOB,
         params:
             code=package_code("measure_hardware_rates.py"),
             device=GENERATION["device"],

@@ -7,14 +7,7 @@ rule figure_quality_vs_retention:
     input:
         summary=rules.aggregate.output.summary,
     output:
-        png=report(
-            "results/figures/quality_vs_retention.png",
-            caption="../report/quality_vs_retention.rst",
-            category="Figures",
-            subcategory="Quality",
-        ),
-        svg="results/figures/quality_vs_retention.svg",
-        manifest="results/figures/quality_vs_retention.png.manifest.json",
+        **figure_outputs("quality_vs_retention", "Quality"),
     log:
         "logs/figures/quality_vs_retention.log",
     localrule: True
@@ -35,14 +28,7 @@ rule figure_quality_by_family:
     input:
         summary=rules.aggregate.output.summary,
     output:
-        png=report(
-            "results/figures/quality_by_family.png",
-            caption="../report/quality_by_family.rst",
-            category="Figures",
-            subcategory="Quality",
-        ),
-        svg="results/figures/quality_by_family.svg",
-        manifest="results/figures/quality_by_family.png.manifest.json",
+        **figure_outputs("quality_by_family", "Quality"),
     log:
         "logs/figures/quality_by_family.log",
     localrule: True
@@ -61,14 +47,7 @@ rule figure_paired_scatter:
     input:
         per_example=rules.aggregate.output.per_example,
     output:
-        png=report(
-            "results/figures/paired_scatter.png",
-            caption="../report/paired_scatter.rst",
-            category="Figures",
-            subcategory="Quality",
-        ),
-        svg="results/figures/paired_scatter.svg",
-        manifest="results/figures/paired_scatter.png.manifest.json",
+        **figure_outputs("paired_scatter", "Quality"),
     log:
         "logs/figures/paired_scatter.log",
     localrule: True
@@ -88,14 +67,7 @@ rule figure_batch_size:
     input:
         summary=rules.aggregate.output.summary,
     output:
-        png=report(
-            "results/figures/batch_size.png",
-            caption="../report/batch_size.rst",
-            category="Figures",
-            subcategory="Batch size",
-        ),
-        svg="results/figures/batch_size.svg",
-        manifest="results/figures/batch_size.png.manifest.json",
+        **figure_outputs("batch_size", "Batch size"),
     log:
         "logs/figures/batch_size.log",
     localrule: True
@@ -113,14 +85,7 @@ rule figure_question_change:
         summary=rules.aggregate.output.summary,
         per_example=rules.aggregate.output.per_example,
     output:
-        png=report(
-            "results/figures/question_change.png",
-            caption="../report/question_change.rst",
-            category="Figures",
-            subcategory="Quality",
-        ),
-        svg="results/figures/question_change.svg",
-        manifest="results/figures/question_change.png.manifest.json",
+        **figure_outputs("question_change", "Quality"),
     log:
         "logs/figures/question_change.log",
     localrule: True

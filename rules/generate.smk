@@ -19,11 +19,9 @@ rule generate:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        gpu=1,
+        **GPU_JOB,
     params:
-        code=package_code("generate.py"),
-        model_settings=model_settings,
-        model_sha256=model_content,
+        **model_job_params("generate.py"),
         engine=lookup(dpath="models/{model}/engine", within=config),
         max_new_tokens=max_new_tokens,
         method_kwargs=method_kwargs,

@@ -37,7 +37,7 @@ rule build_shaped_model:
     conda:
         "../envs/generate.yaml"
     resources:
-        gpu=1,
+        **GPU_JOB,
     params:
         code=package_code("build_shaped_model.py"),
         shape=lookup(dpath="models/{model}/build/shape", within=config),

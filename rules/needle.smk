@@ -7,9 +7,7 @@ rule figure_needle_heatmap:
         rows="results/data/{dataset}/needle_in_haystack.jsonl",
         scores=needle_panel_scores,
     output:
-        png="results/figures/needle/{dataset}/{model}/{question_mode}/{method}.png",
-        svg="results/figures/needle/{dataset}/{model}/{question_mode}/{method}.svg",
-        manifest="results/figures/needle/{dataset}/{model}/{question_mode}/{method}.png.manifest.json",
+        **figure_outputs("{method}", folder="results/figures/needle/{dataset}/{model}/{question_mode}"),
     log:
         "logs/figure_needle_heatmap/{dataset}/{model}/{question_mode}/{method}.log",
     localrule: True

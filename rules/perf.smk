@@ -21,11 +21,9 @@ rule perf:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        gpu=1,
+        **GPU_JOB,
     params:
-        code=package_code("perf.py"),
-        model_settings=model_settings,
-        model_sha256=model_content,
+        **model_job_params("perf.py"),
         # the cell's own check (not_run.refusal_of) reads these with its method's properties
         custom_methods=custom_methods_needed,
         max_new_tokens=max_new_tokens,
@@ -58,14 +56,7 @@ rule figure_perf:
     input:
         summary=rules.perf_summary.output.summary,
     output:
-        png=report(
-            "results/figures/perf_{metric}_vs_retention.png",
-            caption="../report/perf_figure.rst",
-            category="Figures",
-            subcategory="Performance",
-        ),
-        svg="results/figures/perf_{metric}_vs_retention.svg",
-        manifest="results/figures/perf_{metric}_vs_retention.png.manifest.json",
+        **figure_outputs("perf_{metric}_vs_retention", "Performance", caption="perf_figure"),
     log:
         "logs/figures/perf_{metric}_vs_retention.log",
     wildcard_constraints:

@@ -22,11 +22,9 @@ rule probe_attention_sink:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        gpu=1,
+        **GPU_JOB,
     params:
-        code=package_code("probe_attention_sink.py"),
-        model_settings=model_settings,
-        model_sha256=model_content,
+        **model_job_params("probe_attention_sink.py"),
         examples=lookup(dpath="probes/attention_sink/examples", within=config, default=None),
         seed=SEED,
     script:
@@ -48,11 +46,9 @@ rule probe_padding:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        gpu=1,
+        **GPU_JOB,
     params:
-        code=package_code("probe_padding.py"),
-        model_settings=model_settings,
-        model_sha256=model_content,
+        **model_job_params("probe_padding.py"),
         retention=padding_probe_retention,
         batch_size=lookup(dpath="probes/padding/batch_size", within=config, default=None),
         examples_per_dataset=lookup(dpath="probes/padding/examples_per_dataset", within=config, default=None),
@@ -90,14 +86,7 @@ rule figure_padding_probe:
     input:
         table=rules.padding_probe_table.output.table,
     output:
-        png=report(
-            "results/figures/padding_probe/{task}/{model}.png",
-            caption="../report/padding_probe.rst",
-            category="Figures",
-            subcategory="Padding",
-        ),
-        svg="results/figures/padding_probe/{task}/{model}.svg",
-        manifest="results/figures/padding_probe/{task}/{model}.png.manifest.json",
+        **figure_outputs("{model}", "Padding", folder="results/figures/padding_probe/{task}", caption="padding_probe"),
     log:
         "logs/figures/padding_probe/{task}/{model}.log",
     localrule: True

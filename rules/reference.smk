@@ -15,9 +15,7 @@ use rule figure_quality_vs_retention as reference_figure_quality_vs_retention wi
     input:
         summary="reference/{run}/tables/summary.csv",
     output:
-        png="results/reference/{run}/figures/quality_vs_retention.png",
-        svg="results/reference/{run}/figures/quality_vs_retention.svg",
-        manifest="results/reference/{run}/figures/quality_vs_retention.png.manifest.json",
+        **figure_outputs("quality_vs_retention", folder="results/reference/{run}/figures"),
     log:
         "logs/reference/{run}/figures/quality_vs_retention.log",
 
@@ -26,9 +24,7 @@ use rule figure_quality_by_family as reference_figure_quality_by_family with:
     input:
         summary="reference/{run}/tables/summary.csv",
     output:
-        png="results/reference/{run}/figures/quality_by_family.png",
-        svg="results/reference/{run}/figures/quality_by_family.svg",
-        manifest="results/reference/{run}/figures/quality_by_family.png.manifest.json",
+        **figure_outputs("quality_by_family", folder="results/reference/{run}/figures"),
     log:
         "logs/reference/{run}/figures/quality_by_family.log",
 
@@ -37,9 +33,7 @@ use rule figure_paired_scatter as reference_figure_paired_scatter with:
     input:
         per_example="reference/{run}/tables/per_example.csv",
     output:
-        png="results/reference/{run}/figures/paired_scatter.png",
-        svg="results/reference/{run}/figures/paired_scatter.svg",
-        manifest="results/reference/{run}/figures/paired_scatter.png.manifest.json",
+        **figure_outputs("paired_scatter", folder="results/reference/{run}/figures"),
     log:
         "logs/reference/{run}/figures/paired_scatter.log",
 
@@ -48,9 +42,7 @@ use rule figure_batch_size as reference_figure_batch_size with:
     input:
         summary="reference/{run}/tables/summary.csv",
     output:
-        png="results/reference/{run}/figures/batch_size.png",
-        svg="results/reference/{run}/figures/batch_size.svg",
-        manifest="results/reference/{run}/figures/batch_size.png.manifest.json",
+        **figure_outputs("batch_size", folder="results/reference/{run}/figures"),
     log:
         "logs/reference/{run}/figures/batch_size.log",
 
@@ -60,9 +52,7 @@ use rule figure_question_change as reference_figure_question_change with:
         summary="reference/{run}/tables/summary.csv",
         per_example="reference/{run}/tables/per_example.csv",
     output:
-        png="results/reference/{run}/figures/question_change.png",
-        svg="results/reference/{run}/figures/question_change.svg",
-        manifest="results/reference/{run}/figures/question_change.png.manifest.json",
+        **figure_outputs("question_change", folder="results/reference/{run}/figures"),
     log:
         "logs/reference/{run}/figures/question_change.log",
 
@@ -83,8 +73,6 @@ use rule figure_padding_probe as reference_figure_padding_probe with:
     input:
         table=rules.reference_padding_probe_table.output.table,
     output:
-        png="results/reference/{run}/figures/padding_probe/{task}/{model}.png",
-        svg="results/reference/{run}/figures/padding_probe/{task}/{model}.svg",
-        manifest="results/reference/{run}/figures/padding_probe/{task}/{model}.png.manifest.json",
+        **figure_outputs("{model}", folder="results/reference/{run}/figures/padding_probe/{task}"),
     log:
         "logs/reference/{run}/figures/padding_probe/{task}/{model}.log",
