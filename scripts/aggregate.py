@@ -18,13 +18,19 @@ with logging_to(job):
     # Refused by their check jobs (what a dry run could not know): listed with the cells refused before any job.
     not_run = list(job.params.not_run) + [
         {"target": Cell(**cell).target, "problems": manifest["not_run"]}
-        for cell, manifest in zip(cells, manifests) if manifest.get("not_run")
+        for cell, manifest in zip(cells, manifests)
+        if manifest.get("not_run")
     ]
     ran = [index for index, manifest in enumerate(manifests) if not manifest.get("not_run")]
     score_files, cells, expected_n = ([values[i] for i in ran] for values in (score_files, cells, expected_n))
     summary = build_summary(
-        score_files, cells, expected_n,
-        seed=job.params.seed, small_n=job.params.small_n, n_resamples=job.params.n_resamples, labels=job.params.labels,
+        score_files,
+        cells,
+        expected_n,
+        seed=job.params.seed,
+        small_n=job.params.small_n,
+        n_resamples=job.params.n_resamples,
+        labels=job.params.labels,
     )
     for line in flagged_cells(summary):
         logging.getLogger("kvcache_bench").warning("measured other than asked: %s", line)
@@ -35,6 +41,12 @@ with logging_to(job):
     per_example = per_example_frame(score_files, cells, job.params.labels)
     with atomic_path(job.output.per_example) as tmp:
         per_example.to_csv(tmp, index=False)
-    write_text_atomic(job.output.markdown, summary_markdown(summary, job.params.small_n, not_run, job.params.predictions_only))
-    for output, rows in ((job.output.summary, summary), (job.output.per_example, per_example), (job.output.markdown, summary)):
+    write_text_atomic(
+        job.output.markdown, summary_markdown(summary, job.params.small_n, not_run, job.params.predictions_only)
+    )
+    for output, rows in (
+        (job.output.summary, summary),
+        (job.output.per_example, per_example),
+        (job.output.markdown, summary),
+    ):
         write_manifest(output, params_of(job), job.params.seed, extra={"rows": len(rows)})

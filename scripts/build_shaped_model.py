@@ -13,4 +13,8 @@ with gpu_job(job):  # builds the model it saves: nothing to load
     p = job.params
     facts = build_shaped_model(p.shape, p.seed, job.input.tokenizer, job.output.model_dir, p.dtype, p.device)
     write_manifest(Path(job.output.model_dir) / "config.json", params_of(job), p.seed, extra=facts)
-    print(f"{p.shape}: {facts['parameters']:,} random-init parameters (seed {p.seed}, {facts['init_device']}) -> {job.output.model_dir}", file=sys.stderr)
+    print(
+        f"{p.shape}: {facts['parameters']:,} random-init parameters (seed {p.seed}, {facts['init_device']})"
+        f" -> {job.output.model_dir}",
+        file=sys.stderr,
+    )

@@ -15,7 +15,10 @@ with logging_to(job):
     p = job.params
     for path in job.input.predictions:
         verify_against_manifest(path)
-    cells = [{"model": model, "engine": engine, "records": read_jsonl(path)} for (model, engine), path in zip(p.cells, job.input.predictions)]
+    cells = [
+        {"model": model, "engine": engine, "records": read_jsonl(path)}
+        for (model, engine), path in zip(p.cells, job.input.predictions)
+    ]
     shape = json.loads((Path(job.input.model_dir) / "config.json").read_text())
     rows = engine_rows(cells, shape, p.dtype, json.loads(Path(job.input.rates).read_text()))
     table = io.StringIO()

@@ -11,7 +11,14 @@ job = current_job(globals())
 with logging_to(job):
     p = job.params
     per_example = pd.read_csv(job.input.per_example, dtype={"id": str})
-    figure = paired_scatter(per_example, title=p.title, point_alpha=p.point_alpha, highlight=list(p.highlight), labels=dict(p.highlight), strongest=p.strongest)
+    figure = paired_scatter(
+        per_example,
+        title=p.title,
+        point_alpha=p.point_alpha,
+        highlight=list(p.highlight),
+        labels=dict(p.highlight),
+        strongest=p.strongest,
+    )
     layout = save_figure(figure, job.output.png, job.output.svg)
     log_layout(layout, job.output.png)
     write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

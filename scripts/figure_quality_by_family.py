@@ -10,7 +10,13 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     p = job.params
-    figure = quality_by_family(pd.read_csv(job.input.summary), title=p.title, band_alpha=p.band_alpha, highlight=list(p.highlight), labels=dict(p.highlight))
+    figure = quality_by_family(
+        pd.read_csv(job.input.summary),
+        title=p.title,
+        band_alpha=p.band_alpha,
+        highlight=list(p.highlight),
+        labels=dict(p.highlight),
+    )
     layout = save_figure(figure, job.output.png, job.output.svg)
     log_layout(layout, job.output.png)
     write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -1,4 +1,5 @@
-"""Snakemake adapter: quality vs KV cache kept, the highlighted methods against the strongest and the classic baselines."""
+"""Snakemake adapter: quality vs KV cache kept, the highlighted methods against the strongest and the classic
+baselines."""
 
 import pandas as pd
 
@@ -10,8 +11,14 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     p = job.params
-    figure = quality_vs_retention(pd.read_csv(job.input.summary), title=p.title, band_alpha=p.band_alpha,
-                                  highlight=list(p.highlight), labels=dict(p.highlight), strongest=p.strongest)
+    figure = quality_vs_retention(
+        pd.read_csv(job.input.summary),
+        title=p.title,
+        band_alpha=p.band_alpha,
+        highlight=list(p.highlight),
+        labels=dict(p.highlight),
+        strongest=p.strongest,
+    )
     layout = save_figure(figure, job.output.png, job.output.svg)
     log_layout(layout, job.output.png)
     write_manifest(job.output.png, params_of(job), None, extra={"layout": layout})

@@ -1,4 +1,5 @@
-"""Snakemake adapter: per method and retention, its score in each question mode and the paired cost of a changed question."""
+"""Snakemake adapter: per method and retention, its score in each question mode and the paired cost of a changed
+question."""
 
 import pandas as pd
 
@@ -12,8 +13,17 @@ with logging_to(job):
     p = job.params
     summary = pd.read_csv(job.input.summary)
     per_example = pd.read_csv(job.input.per_example, dtype={"id": str})
-    figure = question_change(summary, per_example, title=p.title, band_alpha=p.band_alpha, seed=p.seed, n_resamples=p.n_resamples,
-                             highlight=list(p.highlight), labels=dict(p.highlight), strongest=p.strongest)
+    figure = question_change(
+        summary,
+        per_example,
+        title=p.title,
+        band_alpha=p.band_alpha,
+        seed=p.seed,
+        n_resamples=p.n_resamples,
+        highlight=list(p.highlight),
+        labels=dict(p.highlight),
+        strongest=p.strongest,
+    )
     layout = save_figure(figure, job.output.png, job.output.svg)
     log_layout(layout, job.output.png)
     write_manifest(job.output.png, params_of(job), p.seed, extra={"layout": layout})

@@ -19,4 +19,7 @@ with logging_to(job):
         params=params_of(job),
         seed=p.seed,
     )
-    print(f"wrote {facts['rows']} needle rows of {p.dataset}: {len(grid['lengths'])} lengths x {len(grid['depths'])} depths")
+    print(
+        f"wrote {facts['rows']} needle rows of {p.dataset}: "
+        f"{len(grid['lengths'])} lengths x {len(grid['depths'])} depths"
+    )

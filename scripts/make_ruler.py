@@ -20,4 +20,7 @@ with logging_to(job):
         params=params_of(job),
         log=generator_log.info,
     )
-    print(f"wrote {facts['rows']} rows of {p.dataset}/{p.task} made by NVIDIA's RULER generator (max_seq_length {p.max_seq_length})")
+    print(
+        f"wrote {facts['rows']} rows of {p.dataset}/{p.task} made by NVIDIA's RULER generator "
+        f"(max_seq_length {p.max_seq_length})"
+    )

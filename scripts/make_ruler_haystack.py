@@ -17,4 +17,7 @@ with logging_to(job):
         rows_path=job.output.rows,
         params=params_of(job),
     )
-    print(f"wrote {facts['rows']} rows of {p.dataset}/{p.task}, prompts of {min(facts['prompt_lengths'])}-{max(facts['prompt_lengths'])} tokens")
+    print(
+        f"wrote {facts['rows']} rows of {p.dataset}/{p.task}, prompts of "
+        f"{min(facts['prompt_lengths'])}-{max(facts['prompt_lengths'])} tokens"
+    )

@@ -12,4 +12,7 @@ with logging_to(job):
     p = job.params
     facts = materialise_llama3_tokenizer(job.output.tokenizer_dir, version=p.version, sha256=p.sha256)
     write_manifest(Path(job.output.tokenizer_dir) / "tokenizer.json", params_of(job), None, extra=facts)
-    print(f"llama-models {facts['source']['package_version']}: {facts['source']['file']} -> {job.output.tokenizer_dir}", file=sys.stderr)
+    print(
+        f"llama-models {facts['source']['package_version']}: {facts['source']['file']} -> {job.output.tokenizer_dir}",
+        file=sys.stderr,
+    )

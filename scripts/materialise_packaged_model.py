@@ -11,4 +11,7 @@ with logging_to(job):
     p = settings_of(job)
     facts = materialise_packaged_model(p.package, p.gguf_file, job.output.model_dir, version=p.version, sha256=p.sha256)
     write_manifest(Path(job.output.model_dir) / "config.json", params_of(job), None, extra=facts)
-    print(f"{p.package} {facts['source']['package_version']}: {p.gguf_file} (sha256 {facts['source']['gguf_sha256'][:12]}) -> {job.output.model_dir}")
+    print(
+        f"{p.package} {facts['source']['package_version']}: {p.gguf_file} "
+        f"(sha256 {facts['source']['gguf_sha256'][:12]}) -> {job.output.model_dir}"
+    )

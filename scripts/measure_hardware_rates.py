@@ -8,6 +8,12 @@ from kvcache_bench.workflow import current_job, logging_to, params_of
 job = current_job(globals())
 with logging_to(job):
     p = job.params
-    rates = measure_rates(p.device, p.dtype, copy_bytes=p.settings["copy_bytes"], matmul_size=p.settings["matmul_size"], repeats=p.settings["repeats"])
+    rates = measure_rates(
+        p.device,
+        p.dtype,
+        copy_bytes=p.settings["copy_bytes"],
+        matmul_size=p.settings["matmul_size"],
+        repeats=p.settings["repeats"],
+    )
     write_json_atomic(job.output.rates, rates)
     write_manifest(job.output.rates, params_of(job), None)

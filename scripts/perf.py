@@ -10,7 +10,10 @@ from kvcache_bench.workflow import current_job, params_of, settings_of
 job = current_job(globals())
 p = settings_of(job)
 if refused := refusal_of(job):  # refused from its method's measurement: a perf record would time nothing meant
-    raise SystemExit("refused perf target (from its method's measured properties):\n" + "\n".join(f"  - {problem}" for problem in refused))
+    raise SystemExit(
+        "refused perf target (from its method's measured properties):\n"
+        + "\n".join(f"  - {problem}" for problem in refused)
+    )
 # contexts cut from documents need the tokenizer; filler contexts are token ids (a built shape may have none)
 with gpu_job(job, tokenizer=p.context_source == "dataset") as entered:
     records, accounting = run_perf_job(
@@ -22,4 +25,6 @@ with gpu_job(job, tokenizer=p.context_source == "dataset") as entered:
         hardware=p.hardware,
     )
     write_jsonl_atomic(job.output.records, records)
-    write_manifest(job.output.records, params_of(job), p.settings["seed"], extra={"records": len(records), "job": accounting})
+    write_manifest(
+        job.output.records, params_of(job), p.settings["seed"], extra={"records": len(records), "job": accounting}
+    )

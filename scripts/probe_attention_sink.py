@@ -13,7 +13,12 @@ p = settings_of(job)
 with gpu_job(job, attn_implementation="eager") as entered:  # attention weights need eager attention
     torch.manual_seed(p.seed)
     rows = read_jsonl(job.input.rows)[: p.examples]
-    report = attention_sink_report(entered.loaded.model, entered.loaded.tokenizer, rows, p.task, p.model_settings["max_context_tokens"])
+    report = attention_sink_report(
+        entered.loaded.model, entered.loaded.tokenizer, rows, p.task, p.model_settings["max_context_tokens"]
+    )
     write_json_atomic(job.output.report, report)
     write_manifest(job.output.report, params_of(job), p.seed, extra={"examples": len(rows)})
-    print(f"attention on position 0, layers {report['middle_layers']}: {report['mean_attention_on_position_0_middle_layers']}")
+    print(
+        f"attention on position 0, layers {report['middle_layers']}: "
+        f"{report['mean_attention_on_position_0_middle_layers']}"
+    )

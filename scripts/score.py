@@ -18,10 +18,14 @@ with logging_to(job):
     # a cell its check refused has no predictions: its score carries the refusal on to the tables
     not_run = {"not_run": predictions["not_run"]} if predictions.get("not_run") else {}
     if not not_run:
-        for warning in cell_warnings(SimpleNamespace(retention=settings.retention, **measure_cell(scores, settings.retention))):
+        for warning in cell_warnings(
+            SimpleNamespace(retention=settings.retention, **measure_cell(scores, settings.retention))
+        ):
             logging.getLogger("kvcache_bench").warning("measured other than asked: %s", warning)
     write_jsonl_atomic(job.output.scores, scores)
     write_manifest(
-        job.output.scores, params_of(job), None,
+        job.output.scores,
+        params_of(job),
+        None,
         extra={"records": len(scores), "predictions_sha256": predictions["content"]["sha256"], **not_run},
     )

@@ -10,5 +10,8 @@ with logging_to(job):
     report = sweep_cost(list(job.input.predictions), list(job.params.benchmarks))
     write_json_atomic(job.output.report, report)
     write_manifest(job.output.report, params_of(job), None, extra=report)
-    print(f"wall {report['wall_seconds']} s for {report['work_seconds']} s of work and {report['worker_start_seconds']} s of "
-          f"{report['model_workers']} worker start(s): {report['wall_over_work_plus_loads']}x")
+    print(
+        f"wall {report['wall_seconds']} s for {report['work_seconds']} s of work and "
+        f"{report['worker_start_seconds']} s of "
+        f"{report['model_workers']} worker start(s): {report['wall_over_work_plus_loads']}x"
+    )

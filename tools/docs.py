@@ -1,11 +1,12 @@
 """Generated parts of the docs, so they cannot drift from what they describe (tests/test_docs.py checks them).
 
-    python tools/docs.py config    # the key table of config/README.md, from schemas/config.schema.yaml
-    python tools/docs.py modules   # the import table of docs/modules.md, from kvcache_bench/ and scripts/
-    python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
-    python tools/docs.py method-families   # README's one row per family, from the same catalogue
-    python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
-    python tools/docs.py findings  # README's real-model findings, from reference/h200-smollm2-{needle,questions,ruler-at-50,ruler-at-25}/tables/
+python tools/docs.py config    # the key table of config/README.md, from schemas/config.schema.yaml
+python tools/docs.py modules   # the import table of docs/modules.md, from kvcache_bench/ and scripts/
+python tools/docs.py methods   # docs/methods.md's method table, from kvcache_bench/methods/catalogue.py
+python tools/docs.py method-families   # README's one row per family, from the same catalogue
+python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
+python tools/docs.py findings  # README's real-model findings, from the committed runs' tables:
+#   reference/h200-smollm2-{needle,questions,ruler-at-50,ruler-at-25,ruler-at-10}/tables/
 """
 
 from __future__ import annotations
@@ -85,8 +86,10 @@ def _package_imports(path: Path) -> list[str]:
 
 
 def module_map() -> str:
-    lines = ["| module | imports (package modules, also inside functions) | first line of its docstring |",
-             "|---|---|---|"]
+    lines = [
+        "| module | imports (package modules, also inside functions) | first line of its docstring |",
+        "|---|---|---|",
+    ]
     for name in package_module_names():
         path = REPO / "kvcache_bench" / (name.replace(".", "/") + ".py")
         doc = (ast.get_docstring(ast.parse(path.read_text())) or "").split("\n")[0]
@@ -105,8 +108,11 @@ def method_table() -> str:
 
     lines = ["| method | label | built as | family | retention | from |", "|---|---|---|---|---|---|"]
     for spec in BUILT_IN.values():
-        built = describe(spec.construction) if spec.construction else (
-            f"QuantizedCache({spec.kv_cache_bits}-bit)" if spec.kv_cache_bits else "(no press)")
+        built = (
+            describe(spec.construction)
+            if spec.construction
+            else (f"QuantizedCache({spec.kv_cache_bits}-bit)" if spec.kv_cache_bits else "(no press)")
+        )
         family = f"needs hub data: {spec.hub_data}" if spec.hub_data else spec.family
         retention = "per cell" if spec.takes_retention else "1.0 (budget in kwargs)" if spec.construction else "1.0"
         lines.append(f"| `{spec.name}` | {spec.label} | `{built}` | {family} | {retention} | {spec.origin} |")
@@ -136,8 +142,8 @@ def parity_table() -> str:
         parity.PIPELINE: "greedy ids equal kvpress's pipeline",
         parity.HOOKS: "greedy ids equal the press applied through kvpress's hooks (its pipeline fails)",
         parity.WHILE_DECODING: (
-            "greedy ids equal kvpress's pipeline, the press active while decoding (budgets shrunk so that it compresses "
-            "within 12 new tokens: " + ", ".join(f"{k}={v}" for k, v in parity.DECODING_BUDGET.items()) + ")"
+            "greedy ids equal kvpress's pipeline, the press active while decoding (budgets shrunk so that it "
+            "compresses within 12 new tokens: " + ", ".join(f"{k}={v}" for k, v in parity.DECODING_BUDGET.items()) + ")"
         ),
         parity.REFUSED: "refused by this engine before generation (the refusal is tested)",
         parity.HUB: "not run: needs hub data",
@@ -146,7 +152,10 @@ def parity_table() -> str:
     for how, heading in headings.items():
         names = [f"`{name}`" for name, (checked, _) in plan.items() if checked == how]
         lines.append(f"| {heading} ({len(names)}) | {', '.join(names)} |")
-    lines += ["", "Question-agnostic too: " + ", ".join(f"`{name}`" for name in parity.question_agnostic_methods()) + "."]
+    lines += [
+        "",
+        "Question-agnostic too: " + ", ".join(f"`{name}`" for name in parity.question_agnostic_methods()) + ".",
+    ]
     lines += ["", "Why:"]
     reasons: dict[str, list[str]] = {}
     for name, (how, why) in plan.items():
@@ -160,19 +169,20 @@ NEEDLE_RUN = REPO / "reference/h200-smollm2-needle"
 QUESTIONS_RUN = REPO / "reference/h200-smollm2-questions"
 RULER_RUNS = [REPO / f"reference/h200-smollm2-ruler-at-{kept}" for kept in (50, 25, 10)]
 RULER_HEAD = (
-    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`: every press at 50%, 25% and "
-    "10%, both question modes, n = 100; `reference/h200-smollm2-ruler-at-{50,25,10}/`), and kvpress's needle test on Paul Graham's "
-    "essays (1k/2k/4k tokens × 5 depths, ROUGE-L; SmolLM2's full cache ends its turn at once at 1k and 2k and finds the "
-    "needle at 4k, so a press can beat it). "
+    "On NVIDIA's own RULER, made by its package's generator (`config/smollm2-h200-ruler.yaml`: every press at "
+    "50%, 25% and 10%, both question modes, n = 100; `reference/h200-smollm2-ruler-at-{50,25,10}/`), and "
+    "kvpress's needle test on Paul Graham's essays (1k/2k/4k tokens × 5 depths, ROUGE-L; SmolLM2's full cache "
+    "ends its turn at once at 1k and 2k and finds the needle at 4k, so a press can beat it). "
 )
 QUESTIONS_HEAD = (
-    "Which lose most when the question changes (`config/smollm2-h200-questions.yaml`, `reference/h200-smollm2-questions/`): "
-    "multi-key haystacks of ~1k tokens, 4 questions each. "
+    "Which lose most when the question changes (`config/smollm2-h200-questions.yaml`, "
+    "`reference/h200-smollm2-questions/`): multi-key haystacks of ~1k tokens, 4 questions each. "
 )
 
 
 def findings() -> str:
-    """The README's real-model findings, from the committed needle and question runs' tables (kvcache_bench.analysis.findings)."""
+    """The README's real-model findings, from the committed needle, question and RULER runs' tables
+    (kvcache_bench.analysis.findings)."""
     import pandas as pd
 
     sys.path.insert(0, str(REPO))
@@ -185,17 +195,25 @@ def findings() -> str:
     from kvcache_bench.analysis.padding import padding_table
 
     summary = pd.read_csv(NEEDLE_RUN / "tables/summary.csv")
-    # the probe's table as `snakemake reference_figures` rebuilds it from the committed reports, with this checkout's code
-    reports = sorted(str(p) for p in (NEEDLE_RUN / "probes/padding").glob("*/*/*.json") if not p.name.endswith(".manifest.json"))
+    # the probe's table as `snakemake reference_figures` rebuilds it from the committed reports, with this
+    # checkout's code
+    reports = sorted(
+        str(p) for p in (NEEDLE_RUN / "probes/padding").glob("*/*/*.json") if not p.name.endswith(".manifest.json")
+    )
     seed = yaml.safe_load((REPO / "config/smollm2-h200-needle.yaml").read_text())["seed"]
     padding = padding_table(reports, seed=seed)
     questions = question_change_sentences(
-        pd.read_csv(QUESTIONS_RUN / "tables/summary.csv"), pd.read_csv(QUESTIONS_RUN / "tables/per_example.csv"),
+        pd.read_csv(QUESTIONS_RUN / "tables/summary.csv"),
+        pd.read_csv(QUESTIONS_RUN / "tables/per_example.csv"),
         seed=yaml.safe_load((REPO / "config/smollm2-h200-questions.yaml").read_text())["seed"],
     )
     ruler = ruler_sentences(pd.concat([pd.read_csv(run / "tables/summary.csv") for run in RULER_RUNS]))
-    blocks = ["\n".join(needle_sentences(summary)), " ".join(padding_sentences(padding)), QUESTIONS_HEAD + "\n".join(questions),
-              RULER_HEAD + "\n".join(ruler)]
+    blocks = [
+        "\n".join(needle_sentences(summary)),
+        " ".join(padding_sentences(padding)),
+        QUESTIONS_HEAD + "\n".join(questions),
+        RULER_HEAD + "\n".join(ruler),
+    ]
     return "\n\n".join(blocks) + "\n"
 
 

@@ -303,12 +303,13 @@ WHY = {
     ),
     "aware_low": (
         "in question-aware the question's own tokens are pressed with the context, so a press can evict the question "
-        'itself; the other modes run it uncompressed (docs/other-question.md, "A negative difference is not a gain from '
-        'the other question")'
+        'itself; the other modes run it uncompressed (docs/other-question.md, "A negative difference is not a gain '
+        'from the other question")'
     ),
     "aware_high": (
         "a press that reads the question keeps what that question needs, and a cache chosen for no question or for "
-        'another one does not hold it (docs/other-question.md, "SnapKV and PyramidKV lose most when the question changes")'
+        'another one does not hold it (docs/other-question.md, "SnapKV and PyramidKV lose most when '
+        'the question changes")'
     ),
 }
 KNOWN_RISES = {"pyramidkv"}
@@ -399,13 +400,15 @@ def _cell_line(row, label, small_n: int, measured: bool) -> str:
     diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"
     return (
         f"| {label(row.method)} | {row.question_mode.replace('_', '-')} | {retention_percent(row.retention)} | "
-        f"{row.batch_size} | {row.decode_batch_size} | {row.n} | {row.score:.2f} | {_interval(row.ci_low, row.ci_high)} | {diff} | "
-        f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {', '.join(flags)} |"
+        f"{row.batch_size} | {row.decode_batch_size} | {row.n} | {row.score:.2f} | "
+        f"{_interval(row.ci_low, row.ci_high)} | {diff} | {_interval(row.diff_ci_low, row.diff_ci_high)} | "
+        f"{', '.join(flags)} |"
     )
 
 
 TABLE_HEAD = [
-    "| method | question mode | KV kept | batch | decode batch | n | score | 95% CI | Δ vs full cache | 95% CI (paired) | flags |",
+    "| method | question mode | KV kept | batch | decode batch | n | score | 95% CI | Δ vs full cache | "
+    "95% CI (paired) | flags |",
     "|---|---|---:|---:|---:|---:|---:|---|---:|---|---|",
 ]
 
@@ -509,7 +512,8 @@ def summary_markdown(
         lines += [
             f"## Not run: {len(not_run)} cell(s) the config asked for",
             "",
-            "Refused before any job, from the config and the method's measured properties (`snakemake -n` lists them too):",
+            "Refused before any job, from the config and the method's measured properties "
+            "(`snakemake -n` lists them too):",
             "",
             "| cell | why |",
             "|---|---|",
@@ -520,8 +524,8 @@ def summary_markdown(
         lines += [
             f"## Predictions only: {len(predictions_only)} cell(s) with hidden answers",
             "",
-            "ZeroSCROLLS withholds its answers (its leaderboard scores submitted predictions): these cells' predictions "
-            "are written, and no score.",
+            "ZeroSCROLLS withholds its answers (its leaderboard scores submitted predictions): these cells' "
+            "predictions are written, and no score.",
             "",
         ]
         lines += [f"- `{target}`" for target in predictions_only] + [""]

@@ -33,8 +33,9 @@ def needle_sentences(summary: pd.DataFrame) -> list[str]:
     n = int(baseline["n"])
     lines = [
         f"The full cache finds {baseline['score']:.0f}% of the needles (n = {n} per cell, 95% interval "
-        f"[{baseline['ci_low']:.0f}, {baseline['ci_high']:.0f}]). Each press below: % found, then its paired difference to the "
-        "full cache on the same questions [95% interval]; a press *reaches* the full cache when that interval reaches 0."
+        f"[{baseline['ci_low']:.0f}, {baseline['ci_high']:.0f}]). Each press below: % found, then its paired "
+        "difference to the full cache on the same questions [95% interval]; a press *reaches* the full cache when that "
+        "interval reaches 0."
     ]
     pressed = _pressed(summary)
     for retention, group in sorted(pressed.groupby("retention"), key=lambda item: -item[0]):
@@ -43,15 +44,16 @@ def needle_sentences(summary: pd.DataFrame) -> list[str]:
 
         def named(rows):
             return ", ".join(
-                f"{method_label(r.method)} {r.score:.0f} ({_signed(r.diff_vs_full)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+                f"{method_label(r.method)} {r.score:.0f} ({_signed(r.diff_vs_full)} "
+                f"{_interval(r.diff_ci_low, r.diff_ci_high)})"
                 for r in rows.itertuples()
             )
 
         kept = retention_percent(retention)
         if len(holding):
             lines.append(
-                f"- **{kept} kept**: {len(holding)} of {len(group)} presses {'reaches' if len(holding) == 1 else 'reach'} "
-                f"the full cache: {named(holding)}."
+                f"- **{kept} kept**: {len(holding)} of {len(group)} presses "
+                f"{'reaches' if len(holding) == 1 else 'reach'} the full cache: {named(holding)}."
             )
         else:
             lines.append(
@@ -72,18 +74,21 @@ def padding_sentences(table: pd.DataFrame, name: str = "snapkv") -> list[str]:
     lines = [
         f"On left-padded batches of {batch} ({examples} prompts, {int(focus['padded_rows'])} of them padded, "
         f"{focus['mean_pads_per_padded_row']:.0f} pads per padded row on average), "
-        f"{method_label(name)} keeping {retention_percent(focus['retention'])} kept **{focus['share_of_pads_kept']:.0%} of the pads** "
-        f"({focus['mean_pads_kept']:.0f} per layer and padded row on average, up to {focus['max_pads_kept']:.0f}) and found "
-        f"{focus['score_batch_1']:.0f}% of the needles alone, {focus['score_padded_batch']:.0f}% padded "
-        f"({_signed(focus['diff'])} {_interval(focus['diff_ci_low'], focus['diff_ci_high'])}, "
-        f"{int(focus['changed_answers'])} of {examples} answers changed).",
+        f"{method_label(name)} keeping {retention_percent(focus['retention'])} kept "
+        f"**{focus['share_of_pads_kept']:.0%} of the pads** ({focus['mean_pads_kept']:.0f} per layer and padded row on "
+        f"average, up to {focus['max_pads_kept']:.0f}) and found {focus['score_batch_1']:.0f}% of the needles alone, "
+        f"{focus['score_padded_batch']:.0f}% padded ({_signed(focus['diff'])} "
+        f"{_interval(focus['diff_ci_low'], focus['diff_ci_high'])}, {int(focus['changed_answers'])} of {examples} "
+        "answers changed).",
         "Share of pads kept, and the padded − alone change: "
         + "; ".join(
-            f"{method_label(r.method)} {r.share_of_pads_kept:.0%} ({_signed(r.diff)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+            f"{method_label(r.method)} {r.share_of_pads_kept:.0%} ({_signed(r.diff)} "
+            f"{_interval(r.diff_ci_low, r.diff_ci_high)})"
             for r in pressed.itertuples()
         )
         + f". Full cache (the control, which keeps every pad): {_signed(control['diff'])} "
-        f"{_interval(control['diff_ci_low'], control['diff_ci_high'])}, {int(control['changed_answers'])} answers changed.",
+        f"{_interval(control['diff_ci_low'], control['diff_ci_high'])}, "
+        f"{int(control['changed_answers'])} answers changed.",
     ]
     return lines
 
@@ -116,7 +121,8 @@ def question_change_sentences(summary: pd.DataFrame, per_example: pd.DataFrame, 
         fell = costs[costs["diff_ci_low"] > 0]
         unmoved = costs[costs["diff_ci_low"] <= 0]
         named = ", ".join(
-            f"{method_label(r.method)} {r.aware_score:.0f} → {r.other_score:.0f} ({_signed(r.diff)} {_interval(r.diff_ci_low, r.diff_ci_high)})"
+            f"{method_label(r.method)} {r.aware_score:.0f} → {r.other_score:.0f} ({_signed(r.diff)} "
+            f"{_interval(r.diff_ci_low, r.diff_ci_high)})"
             for r in fell.itertuples()
         )
         identical = [
@@ -172,7 +178,8 @@ def ruler_sentences(summary: pd.DataFrame) -> list[str]:
         lines.append(
             f"- **{retention_percent(retention)} kept**: "
             + ", ".join(
-                f"{method_label(method)} {row.question_aware:.0f} / {row.question_agnostic:.0f} ({reached[method]} of {lengths})"
+                f"{method_label(method)} {row.question_aware:.0f} / {row.question_agnostic:.0f} ({reached[method]} of "
+                f"{lengths})"
                 for method, row in means.iterrows()
             )
             + "."

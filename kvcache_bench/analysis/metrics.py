@@ -183,7 +183,8 @@ def boxed_last(prediction: str, reference: str, **_) -> float:
 
 
 def boxed_first(prediction: str, reference: str, **_) -> float:
-    """MATH500 (kvpress): what follows the first "boxed{" up to the next "}" equals the answer; nothing boxed is wrong."""
+    """MATH500 (kvpress): what follows the first "boxed{" up to the next "}" equals the answer;
+    nothing boxed is wrong."""
     parts = prediction.split("boxed{")
     return float(len(parts) > 1 and parts[1].split("}")[0] == str(reference))
 
@@ -302,7 +303,8 @@ def infinitebench_math_find(prediction: str, references: list[str], **_) -> floa
 
 
 def infinitebench_math_calc(prediction: str, references: list[str], **_) -> float:
-    """math_calc: the share of the expected values the prediction's integers give in order, up to the first wrong one."""
+    """math_calc: the share of the expected values the prediction's integers give in order,
+    up to the first wrong one."""
     labels = [_number(label) for label in references]
     predicted = [int(item) for item in re.split("[^0-9]", prediction) if item != ""]
     right = 0

@@ -96,14 +96,16 @@ def padding_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None) 
         "with a paired-bootstrap 95% interval. Pads kept: pad positions left in a padded row's cache, per layer "
         "(mean over KV heads); mean and max over padded rows and layers; share: pads kept / pads present.",
         "",
-        "| method | kept | examples | changed answers | alone | padded | Δ [95% CI] | pads per padded row | pads kept mean | max | share kept |",
+        "| method | kept | examples | changed answers | alone | padded | Δ [95% CI] | pads per padded row | "
+        "pads kept mean | max | share kept |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples():
         lines.append(
             f"| {label(r.method)} | {retention_percent(r.retention)} | {r.examples} | {r.changed_answers} | "
-            f"{r.score_batch_1:.1f} | {r.score_padded_batch:.1f} | {r.diff:+.1f} {_interval(r.diff_ci_low, r.diff_ci_high)} | "
-            f"{r.mean_pads_per_padded_row:.0f} | {r.mean_pads_kept:.1f} | {r.max_pads_kept:.0f} | {r.share_of_pads_kept:.0%} |"
+            f"{r.score_batch_1:.1f} | {r.score_padded_batch:.1f} | {r.diff:+.1f} "
+            f"{_interval(r.diff_ci_low, r.diff_ci_high)} | {r.mean_pads_per_padded_row:.0f} | {r.mean_pads_kept:.1f} | "
+            f"{r.max_pads_kept:.0f} | {r.share_of_pads_kept:.0%} |"
         )
     return "\n".join(lines) + "\n"
 

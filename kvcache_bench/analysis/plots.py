@@ -276,7 +276,8 @@ def flagged_lines(summary: pd.DataFrame) -> list[str]:
             flagged.setdefault(key, []).append(float(row.retention))
     lines = [
         f"{label(method)} asked {', '.join(retention_percent(r) for r in sorted(asked, reverse=True))} "
-        f"({_group_label(dataset, task, model)} · {_mode_label(mode)}, batch {batch}, decode {decode}): {'; '.join(measured)}"
+        f"({_group_label(dataset, task, model)} · {_mode_label(mode)}, batch {batch}, decode {decode}): "
+        f"{'; '.join(measured)}"
         for (model, dataset, task, mode, batch, decode, method, measured), asked in flagged.items()
     ]
     return ["Measured other than asked (results/tables/summary.md):"] + lines if lines else []
@@ -731,8 +732,8 @@ def paired_scatter(
             modes = ", ".join(f"{_mode_label(mode)} ({n} examples)" for mode, _, n in constant)
             values = sorted({value for _, value, _ in constant})
             notes.append(
-                f"{_group_label(dataset, task, model)}: the full cache scored {' or '.join(f'{v:g}' for v in values)} on every "
-                f"example in {modes}, so every point would sit on one vertical line: no panel is drawn "
+                f"{_group_label(dataset, task, model)}: the full cache scored {' or '.join(f'{v:g}' for v in values)} "
+                f"on every example in {modes}, so every point would sit on one vertical line: no panel is drawn "
                 "(summary.md gives each method's paired difference to it)."
             )
     if faint:
@@ -856,7 +857,8 @@ def batch_size_sensitivity(summary: pd.DataFrame, title: str | None = None):
             panels.append(((dataset, task, model, mode), panel))
     notes = [
         f"{_group_label(dataset, task, model)}: {' and '.join(settings)} gave the full cache the same score on every "
-        f"example in {', '.join(_mode_label(m) for m in modes)} (paired difference 0, interval [0, 0]): no panel is drawn."
+        f"example in {', '.join(_mode_label(m) for m in modes)} "
+        "(paired difference 0, interval [0, 0]): no panel is drawn."
         for (dataset, task, model, settings), modes in unchanged.items()
     ]
     if not panels:

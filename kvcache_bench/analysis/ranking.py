@@ -56,7 +56,8 @@ def _interval(low, high) -> str:
 
 def _table(rows: pd.DataFrame, full: pd.Series | None, label) -> list[str]:
     lines = [
-        "| rank | method | family | n | score | 95% CI | Δ vs full cache | 95% CI (paired) | vs full cache | KV kept (measured) | flags |",
+        "| rank | method | family | n | score | 95% CI | Δ vs full cache | 95% CI (paired) | "
+        "vs full cache | KV kept (measured) | flags |",
         "|---:|---|---|---:|---:|---|---:|---|---|---:|---|",
     ]
     if full is not None:

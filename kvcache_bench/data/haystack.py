@@ -16,8 +16,8 @@ Two deliberate differences from RULER:
 * **The filler is the Python documentation's prose** (``pydoc_data/topics.py``, shipped with every
   CPython, conda's included), not Paul Graham's essays, which are not installed anywhere. Only paragraphs of
   plain prose are kept (no code, grammar or headings), and of those only the sentences without quoted names,
-markup or code fragments (381 sentences, 5,846 words in Python 3.11.7). Its sha256 and the Python version are recorded: the
-  same seed on the same file gives the same bytes.
+markup or code fragments (381 sentences, 5,846 words in Python 3.11.7). Its sha256 and the Python version are recorded:
+  the same seed on the same file gives the same bytes.
 
 Rows have RULER's layout as kvpress stores it (``simonjegou/ruler``): context (the instruction and the
 haystack), question, answer_prefix, answer (list), task, max_new_tokens. Each prompt (context + question +
@@ -219,7 +219,8 @@ def make_haystack_rows(
         raise HaystackError(f"task {task!r} is not generated here; choose one of {sorted(GENERATED_TASKS)}")
     if not 1 <= questions_per_haystack <= GENERATED_TASKS[task]:
         raise HaystackError(
-            f"{task} hides {GENERATED_TASKS[task]} needles: questions_per_haystack must be 1-{GENERATED_TASKS[task]}, got {questions_per_haystack}"
+            f"{task} hides {GENERATED_TASKS[task]} needles: questions_per_haystack must be 1-{GENERATED_TASKS[task]}, "
+            f"got {questions_per_haystack}"
         )
     filler = filler or python_docs_filler()
     # A value that occurs in the filler could be "found" without reading the needle.

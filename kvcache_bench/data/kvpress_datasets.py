@@ -23,9 +23,9 @@ Sources (one per benchmark, all read here: they share kvpress's layout):
 * ``aime25``, ``math500``: ``alessiodevoto/aime25`` and ``alessiodevoto/math500``, answers in ``\\boxed{}``.
 
 ``local_path`` is a copy: a .parquet/.jsonl file, or a folder with ``<task>.parquet``, ``<task>.jsonl`` or
-``<task>/*.parquet`` (as for every local dataset; a hub snapshot of LongBench-e or InfiniteBench is such a folder). A row's own ``max_new_tokens`` is
-kvpress's; the study's is per task (study/prompts.py holds kvpress's values where its scripts state them,
-``generation.max_new_tokens`` overrides): a row asking for another length is logged.
+``<task>/*.parquet`` (as for every local dataset; a hub snapshot of LongBench-e or InfiniteBench is such a folder).
+A row's own ``max_new_tokens`` is kvpress's; the study's is per task (study/prompts.py holds kvpress's values where
+its scripts state them, ``generation.max_new_tokens`` overrides): a row asking for another length is logged.
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def load_kvpress_rows(
         missing = [c for c in (*LAYOUT_COLUMNS, benchmark.references) if c not in record]
         if missing:
             raise DataRowError(
-                f"{record.get(ROW_SOURCE)}: lacks kvpress's columns {missing} (has {sorted(k for k in record if k != ROW_SOURCE)})"
+                f"{record.get(ROW_SOURCE)}: lacks kvpress's columns {missing} (has "
+                f"{sorted(k for k in record if k != ROW_SOURCE)})"
             )
         references = record[benchmark.references]
         references = [references] if isinstance(references, (str, int, float)) else list(references)

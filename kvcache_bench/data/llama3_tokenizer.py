@@ -24,7 +24,10 @@ TOKENIZER_MODEL_FILE = "llama_models/llama3/tokenizer.model"
 TOKENIZER_MODEL_SHA256 = "82e9d31979e92ab929cd544440f129d9ecd797b69e327f80f17e1c50d5551b55"
 
 # Meta's Tokenizer.pat_str (llama_models/llama3/tokenizer.py): how text is split before BPE merges.
-PRE_TOKENIZER_PATTERN = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+PRE_TOKENIZER_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 NAMED_SPECIAL_TOKENS = (
     "<|begin_of_text|>",
     "<|end_of_text|>",
@@ -55,7 +58,8 @@ MAX_POSITIONS = 131072
 CHAT_TEMPLATE = (
     "{{- bos_token }}"
     "{%- for message in messages %}"
-    "{{- '<|start_header_id|>' + ('ipython' if message['role'] == 'tool' else message['role']) + '<|end_header_id|>\n\n' }}"
+    "{{- '<|start_header_id|>' + ('ipython' if message['role'] == 'tool' else message['role']) + "
+    "'<|end_header_id|>\n\n' }}"
     "{{- message['content'] + '<|eot_id|>' }}"
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '" + GENERATION_HEADER.replace("\n", "\\n") + "' }}{%- endif %}"

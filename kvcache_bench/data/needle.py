@@ -53,7 +53,8 @@ def kvpress_copy(local_path: str | Path) -> tuple[str, dict, dict]:
 
     from kvcache_bench.study.sources import local_source_files
 
-    # the same files the data job has as inputs: a file, or <dir>/needle_in_haystack.{parquet,jsonl} or <dir>/needle_in_haystack/*
+    # the same files the data job has as inputs: a file, or <dir>/needle_in_haystack.{parquet,jsonl} or
+    # <dir>/needle_in_haystack/*
     first = Path(local_source_files(TASK, str(local_path))[0])
     frame = pd.read_parquet(first) if first.suffix == ".parquet" else pd.read_json(first, lines=True)
     missing = [c for c in ("context", "needle", "question", "answer_prefix") if c not in frame.columns]
@@ -82,7 +83,8 @@ def needle_rows(
         limit = length - len(needle_ids) - OVERHEAD_TOKENS
         if limit <= 0:
             raise NeedleError(
-                f"length {length} leaves no haystack: the needle takes {len(needle_ids)} tokens and kvpress keeps {OVERHEAD_TOKENS} for the prompt"
+                f"length {length} leaves no haystack: the needle takes {len(needle_ids)} tokens and kvpress keeps "
+                f"{OVERHEAD_TOKENS} for the prompt"
             )
         kept = haystack_ids[:limit]
         if len(kept) < limit:

@@ -250,9 +250,9 @@ def _run(
                 line = printed.get(timeout=stall_s)
             except queue.Empty:
                 raise RulerError(
-                    f"RULER's {task.script.name} printed nothing for {stall_s:.0f} s making {task.name} at max_seq_length="
-                    f"{max_seq_length}: its sampling loop retries forever when the task does not fit the length. "
-                    f"Choose a larger max_seq_length. Last output: {lines[-1].strip() if lines else 'none'}"
+                    f"RULER's {task.script.name} printed nothing for {stall_s:.0f} s making {task.name} at "
+                    f"max_seq_length={max_seq_length}: its sampling loop retries forever when the task does not fit "
+                    f"the length. Choose a larger max_seq_length. Last output: {lines[-1].strip() if lines else 'none'}"
                 ) from None
             if line is None:
                 break
@@ -262,8 +262,8 @@ def _run(
             elif time.monotonic() - last_news > stall_s:
                 raise RulerError(
                     f"RULER's {task.script.name} repeated {line.strip()!r} for {stall_s:.0f} s making {task.name} at "
-                    f"max_seq_length={max_seq_length}: its sampling loop retries forever when the task does not fit the "
-                    "length. Choose a larger max_seq_length."
+                    f"max_seq_length={max_seq_length}: its sampling loop retries forever when the task does not fit "
+                    "the length. Choose a larger max_seq_length."
                 )
             elif lines[-1] == line:
                 continue  # logged once
@@ -273,13 +273,14 @@ def _run(
             if QA_HANG_MARK in line:
                 tried = next((x for x in reversed(lines) if "Current length" in x), "").strip()
                 raise RulerError(
-                    f"RULER's {task.name} cannot be made at max_seq_length={max_seq_length} with this tokenizer: not even "
-                    f"10 documents fit ({tried}), and the package's qa.py then retries with 0 documents forever. "
+                    f"RULER's {task.name} cannot be made at max_seq_length={max_seq_length} with this tokenizer: not "
+                    f"even 10 documents fit ({tried}), and the package's qa.py then retries with 0 documents forever. "
                     "Choose a max_seq_length above that length."
                 )
             if time.monotonic() - started > timeout_s:
                 raise RulerError(
-                    f"RULER's {task.script.name} ran past {timeout_s:.0f} s for {task.name}; last output: {line.strip()}"
+                    f"RULER's {task.script.name} ran past {timeout_s:.0f} s for {task.name}; last output: "
+                    f"{line.strip()}"
                 )
     finally:
         if process.poll() is None:

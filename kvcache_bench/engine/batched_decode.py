@@ -140,7 +140,8 @@ def prefilled_from_cache(
 
 
 def prefilled_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
-    """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``), one snapshot per question."""
+    """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``),
+    one snapshot per question."""
     prefilled = []
     for question_ids, (cache, logits, kept, seconds) in zip(
         questions, prefill_shared_context(model, context_ids, questions, press)

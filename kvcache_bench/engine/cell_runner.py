@@ -65,8 +65,8 @@ def choose_strategy(
     if press_while_decoding:
         if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
             raise ValueError(
-                f"a press that compresses while decoding runs one example at a time, question_aware or question_agnostic;"
-                f" batch size {batch_size}, {mode.value} asked"
+                "a press that compresses while decoding runs one example at a time, question_aware or "
+                f"question_agnostic; batch size {batch_size}, {mode.value} asked"
             )
         return Strategy.PRESS_WHILE_DECODING
     if batch_size > 1:
@@ -256,7 +256,8 @@ def warm_up(
 
 
 def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: list[list[int]] | None) -> list[int]:
-    """How many tokens the press compresses for each prompt in ``mode`` (``others``: the other questions' pressed tokens)."""
+    """How many tokens the press compresses for each prompt in ``mode``
+    (``others``: the other questions' pressed tokens)."""
     if mode.removes_the_question_it_showed:
         return [len(p.context_ids) + len(other) for p, other in zip(prompts, others)]
     if mode == QuestionMode.QUESTION_AWARE:

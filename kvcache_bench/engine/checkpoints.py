@@ -34,7 +34,8 @@ def loading_problems(loading_info: dict) -> list[str]:
     mismatched = loading_info.get("mismatched_keys") or []
     if mismatched:
         problems.append(
-            f"of another shape than the model's (so newly initialized): {_named(m[0] if isinstance(m, tuple) else m for m in mismatched)}"
+            "of another shape than the model's (so newly initialized): "
+            f"{_named(m[0] if isinstance(m, tuple) else m for m in mismatched)}"
         )
     problems += [str(message) for message in loading_info.get("error_msgs") or []]
     return problems
@@ -44,7 +45,8 @@ def require_whole_checkpoint(loading_info: dict, path: str) -> None:
     problems = loading_problems(loading_info)
     if problems:
         raise IncompleteCheckpointError(
-            f"the model at {path!r} did not load whole; its scores would measure random weights, so nothing is generated:\n"
+            f"the model at {path!r} did not load whole; its scores would measure random weights, "
+            "so nothing is generated:\n"
             + "\n".join(f"  - {problem}" for problem in problems)
             + "\nReplace the checkpoint with a complete one (or fix models.<name>.path)."
         )

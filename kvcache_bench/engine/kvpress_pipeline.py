@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 
 KVPRESS_PIPELINE = "kvpress_pipeline"
 NO_LIMIT = 2**62  # counting the whole context: the pipeline's own cut comes later, in the call
-SECONDS_COVER = "this example's pipeline call (prefill, compression, decode), synchronised; model loading and one unmeasured warm-up call excluded"
+SECONDS_COVER = (
+    "this example's pipeline call (prefill, compression, decode), synchronised; "
+    "model loading and one unmeasured warm-up call excluded"
+)
 
 
 def pipeline_inputs(task: str, row: dict, question_mode: str) -> tuple[str, str]:
@@ -60,7 +63,8 @@ def run_cell_on_kvpress_pipeline(
     custom_methods, max_new_tokens = run.custom_methods, run.max_new_tokens
     if run.batch_size != 1 or run.decode_batch_size != 1:
         raise ValueError(
-            f"kvpress's pipeline generates one example at a time; batch {run.batch_size}, decode batch {run.decode_batch_size} asked"
+            f"kvpress's pipeline generates one example at a time; batch {run.batch_size}, decode batch "
+            f"{run.decode_batch_size} asked"
         )
     torch.manual_seed(run.seed)
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)

@@ -128,7 +128,8 @@ def generate_other_question(
     min_new_tokens: int = 0,
     make_cache=default_cache,
 ) -> tuple[list[Generation], DecodePath]:
-    """Generations group by group, question by question: each group compressed once, ``decode_batch_size`` rows decoded at a time."""
+    """Generations group by group, question by question: each group compressed once,
+    ``decode_batch_size`` rows decoded at a time."""
     rows: list[tuple[PrefilledPrompt, ContextWithoutQuestion, int]] = []
     for group in groups:
         compressed = compress_with_other_question(model, group.context_ids, group.other_question_ids, press, make_cache)

@@ -1,4 +1,4 @@
-"""Prefill: prompt tokens into a cache, compressing under a press; one example's, or one context's for several questions.
+"""Prefill: prompt tokens into a cache, compressed under a press, for one example or one context's questions.
 
 Tokens the press did not see run afterwards on the compressed cache at their ORIGINAL positions, so the
 first answer token never reads the full-attention pass.

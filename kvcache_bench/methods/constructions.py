@@ -23,7 +23,8 @@ class PressImportError(ValueError):
 
 @dataclass(frozen=True)
 class Construction:
-    """``press`` is a kvpress class name, ``module:Class``, or ``presses/<file>.py:Class`` (a file in the workflow directory)."""
+    """``press`` is a kvpress class name, ``module:Class``, or ``presses/<file>.py:Class``
+    (a file in the workflow directory)."""
 
     press: str
     kwargs: dict = field(default_factory=dict)  # values may be Constructions, or lists of them

@@ -29,7 +29,8 @@ def verdict(properties: dict) -> str:
         budget = decoding_budget(properties.get("construction"))
         return (
             f"{WHILE_DECODING}: compression_interval {budget.get('compression_interval')}, target_size "
-            f"{budget.get('target_size')} (a cell is refused where the budget cannot compress within its max_new_tokens)"
+            f"{budget.get('target_size')} "
+            "(a cell is refused where the budget cannot compress within its max_new_tokens)"
         )
     return "runs"
 
@@ -60,10 +61,10 @@ def doctor_table(paths: list[str]) -> str:
     decoding = sum(runs_while_decoding(row) for row in rows)
     lines.append(
         f"\n{running} of {len(rows)} methods run offline here, and {decoding} more while decoding with a budget in "
-        "method_kwargs (compression_interval at most the cells' max_new_tokens, target_size below their prompts). removes: the cache is shorter; masks: slots hidden, "
-        "cache full size (no memory saved); channels: key channels zeroed (no memory saved); decoding: compresses "
-        "while decoding; question: keeps different context slots for a different question; pad share: on a "
-        "left-padded batch of 2, the share of the padded row's kept slots that are pads (random weights: an "
-        "illustration). Measured by kvcache_bench.methods.method_properties.\n"
+        "method_kwargs (compression_interval at most the cells' max_new_tokens, target_size below their prompts). "
+        "removes: the cache is shorter; masks: slots hidden, cache full size (no memory saved); channels: key channels "
+        "zeroed (no memory saved); decoding: compresses while decoding; question: keeps different context slots for a "
+        "different question; pad share: on a left-padded batch of 2, the share of the padded row's kept slots that are "
+        "pads (random weights: an illustration). Measured by kvcache_bench.methods.method_properties.\n"
     )
     return "".join(lines)

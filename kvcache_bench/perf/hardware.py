@@ -140,7 +140,10 @@ class NvmlHardware:
         properties = torch.cuda.get_device_properties(index)
         bus = getattr(properties, "pci_bus_id", None)
         if bus is not None:
-            bus_id = f"{getattr(properties, 'pci_domain_id', 0):08X}:{bus:02X}:{getattr(properties, 'pci_device_id', 0):02X}.0"
+            bus_id = (
+                f"{getattr(properties, 'pci_domain_id', 0):08X}:{bus:02X}:"
+                f"{getattr(properties, 'pci_device_id', 0):02X}.0"
+            )
             with contextlib.suppress(self.nvml.NVMLError):
                 return self.nvml.nvmlDeviceGetHandleByPciBusId(bus_id)
         return self.nvml.nvmlDeviceGetHandleByIndex(index)

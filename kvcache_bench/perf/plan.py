@@ -4,8 +4,8 @@ Estimates come from measured perf records of one hardware (``choose_estimate_har
 attention implementation (an eager-attention method such as H2O is not priced from an SDPA record: it runs
 another kernel), else, for a model nothing was measured for, from stated defaults (``ESTIMATE_DEFAULTS``),
 said so on the line and totalled apart. A job whose model was measured, but never with its attention
-implementation or its batch sizes, is not priced: the plan says so and names what was measured. The study's own jobs make the total;
-opt-in passes (the perf pass) are listed apart. Torch-free: the plan rule runs in envs/analysis.yaml.
+implementation or its batch sizes, is not priced: the plan says so and names what was measured. The study's own jobs
+make the total; opt-in passes (the perf pass) are listed apart. Torch-free: the plan rule runs in envs/analysis.yaml.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def choose_estimate_hardware(records: list[dict], gpu_name: str | None = None) -
         gpus = sorted({str(r.get("gpu_name")) for r in real})
         if len(gpus) > 1:
             raise MixedHardwareError(
-                f"perf records from several GPU models ({', '.join(gpus)}): set perf.estimate.gpu_name to the one to plan for"
+                f"perf records from several GPU models ({', '.join(gpus)}): "
+                "set perf.estimate.gpu_name to the one to plan for"
             )
         return real
     return records
@@ -137,7 +138,8 @@ def estimate_job(job: dict, records: list[dict], same_cost_as: dict, defaults: d
             )
         return (
             None,
-            f"cannot price: no record of {job['method']} or the full cache on {model} at batch {job['batch_size']} decode {decode}",
+            f"cannot price: no record of {job['method']} or the full cache on {model} at batch {job['batch_size']} "
+            f"decode {decode}",
             prompt,
         )
     per_run = prompt / settings["prefill_tokens_per_s"] + (job["new_tokens"] - 1) * settings["decode_s_per_token"]
@@ -239,8 +241,8 @@ def plan_report(
         )
         lines.append(
             f"Not priced: {len(unpriced)} jobs, whose model was measured, but not with their attention implementation, "
-            f"batch sizes or method (or the full cache): {'; '.join(named)}. Their hours are not in the totals; measure such a cell (perf.methods, "
-            "perf.batch_sizes; snakemake perf_all) to price them."
+            f"batch sizes or method (or the full cache): {'; '.join(named)}. Their hours are not in the totals; "
+            "measure such a cell (perf.methods, perf.batch_sizes; snakemake perf_all) to price them."
         )
     lines.append(f"Already done (not counted): {done}")
     if workers:

@@ -304,8 +304,8 @@ def measure_cells(
     for cell, press in presses.items():
         if presses_while_decoding(press) is not None:
             raise ValueError(
-                f"{cell.method} compresses while decoding, and the perf pass times a press over the prompt only: it would "
-                "time the full cache under the method's name. Leave decoding-time presses out of perf.methods."
+                f"{cell.method} compresses while decoding, and the perf pass times a press over the prompt only: it "
+                "would time the full cache under the method's name. Leave decoding-time presses out of perf.methods."
             )
     inputs = {cell: torch.tensor([context_ids[cell.context_tokens]] * cell.batch_size, device=device) for cell in cells}
     describe = hardware.describe()

@@ -115,7 +115,8 @@ def markdown_table(summary) -> str:
     for row in summary.to_dict("records"):
         label = METHODS[row["method"]].label if row["method"] in METHODS else row["method"]
         lines.append(
-            f"| {int(row['context_tokens'])} | {label} | {row['retention'] * 100:.0f}% | {number(row['ttft_s'], 1e3)} | "
+            f"| {int(row['context_tokens'])} | {label} | {row['retention'] * 100:.0f}% | "
+            f"{number(row['ttft_s'], 1e3)} | "
             f"{number(row['itl_mean_s'], 1e3)} / {number(row['itl_p50_s'], 1e3)} / {number(row['itl_p95_s'], 1e3)} | "
             f"{number(row['tokens_per_s'])} | {number(row['torch_peak_memory_bytes'], 1 / 2**30, 2)} | "
             f"{number(row['kv_cache_bytes'], 1 / 2**20, 0)} | {number(row['energy_per_token_j'], 1, 2)} | "

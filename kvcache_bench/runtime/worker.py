@@ -224,12 +224,14 @@ def _connect(address: str, log_path: Path, start) -> socket.socket:
             worker = start()
         elif worker.poll() is not None:
             raise RuntimeError(
-                f"the model worker exited while loading (exit status {worker.returncode}); its log {log_path} ends:\n{_tail(log_path)}"
+                f"the model worker exited while loading (exit status {worker.returncode}); "
+                f"its log {log_path} ends:\n{_tail(log_path)}"
             )
         if time.monotonic() > deadline:
             worker.kill()
             raise TimeoutError(
-                f"the model worker did not start in {START_TIMEOUT_SECONDS} s; its log {log_path} ends:\n{_tail(log_path)}"
+                f"the model worker did not start in {START_TIMEOUT_SECONDS} s; "
+                f"its log {log_path} ends:\n{_tail(log_path)}"
             )
         time.sleep(0.05)
 
@@ -358,8 +360,8 @@ def serve(
             json.dumps({"pid": os.getpid(), "key": _key_of(address)})
         )
     print(
-        f"model worker {os.getpid()} ready: {settings['model']['path']} ({settings['attention']} attention) on {loaded.device}, "
-        f"loaded in {facts['load_seconds']} s, {facts['start_seconds']} s from start",
+        f"model worker {os.getpid()} ready: {settings['model']['path']} ({settings['attention']} attention) on "
+        f"{loaded.device}, loaded in {facts['load_seconds']} s, {facts['start_seconds']} s from start",
         flush=True,
     )
     write_manifest(log_path, settings, None, extra={"worker": facts})

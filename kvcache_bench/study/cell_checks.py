@@ -132,9 +132,9 @@ def measured_problems(
         problems.append(f"{method} fails on a tiny model: {measured.get('error')}")
     if measured.get("cache_growth", 1.0) > 1.0:
         problems.append(
-            f"{method} leaves a cache {measured['cache_growth']:g}x as long as the prompt it compressed (measured on a tiny "
-            "model): no mask hides the slots past the prompt's own (KVCompose unstructured keeps its second pass's whole "
-            "copy of the context), so its cells would not measure the compression they ask for"
+            f"{method} leaves a cache {measured['cache_growth']:g}x as long as the prompt it compressed (measured on a "
+            "tiny model): no mask hides the slots past the prompt's own (KVCompose unstructured keeps its second "
+            "pass's whole copy of the context), so its cells would not measure the compression they ask for"
         )
     changes_slots = [what for what in ("removes_tokens", "masks_slots") if measured.get(what)]
     if changes_slots and batch_size > 1:
@@ -144,7 +144,8 @@ def measured_problems(
         )
         problems.append(
             f"{method} {' and '.join(w.replace('_', ' ') for w in changes_slots)} and batch size is {batch_size}: "
-            f"left padding would be scored alongside the prompt (the padding collapse{measured_share}). Use batch size 1."
+            f"left padding would be scored alongside the prompt (the padding collapse{measured_share}). "
+            "Use batch size 1."
         )
     if (
         measured.get("masks_slots")
@@ -152,8 +153,9 @@ def measured_problems(
         and QuestionMode(question_mode).removes_the_question_it_showed
     ):
         problems.append(
-            f"{method} masks slots per head, and the {question_mode} mode removes the question it showed from the cache "
-            "slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or question_agnostic."
+            f"{method} masks slots per head, and the {question_mode} mode removes the question it showed from the "
+            "cache slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or "
+            "question_agnostic."
         )
     if measured.get("compresses_while_decoding"):
         problems += while_decoding_problems(
@@ -170,14 +172,14 @@ def while_decoding_problems(
     problems = []
     if batch_size > 1:
         problems.append(
-            f"{method} compresses while decoding, and kvpress's hooks keep one sequence's step counts and hidden states: "
-            f"batch size {batch_size} cannot be decoded under it. Use batch size 1."
+            f"{method} compresses while decoding, and kvpress's hooks keep one sequence's step counts and hidden "
+            f"states: batch size {batch_size} cannot be decoded under it. Use batch size 1."
         )
     if question_mode in QUESTION_MODES and QuestionMode(question_mode).removes_the_question_it_showed:
         problems.append(
-            f"{method} compresses while decoding, after the prompt is in the cache: the {question_mode} mode compresses "
-            "the context with a question and removes that question before answering, which such a press never does "
-            "(it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
+            f"{method} compresses while decoding, after the prompt is in the cache: the {question_mode} mode "
+            "compresses the context with a question and removes that question before answering, which such a press "
+            "never does (it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
         )
     construction = measured.get("construction")
     if construction is None and measured.get("decoding_budget"):  # shipped facts carry the default budget alone
@@ -187,7 +189,10 @@ def while_decoding_problems(
     return problems
 
 
-MASKS_DECODE_ALONE = "the press masks slots per head, and kvpress keeps the masks on the model for one sequence at a time: decoded at batch 1"
+MASKS_DECODE_ALONE = (
+    "the press masks slots per head, and kvpress keeps the masks on the model for one sequence at a time: "
+    "decoded at batch 1"
+)
 
 
 def decode_note(method: str, measured: dict | None, decode_batch_size: int) -> str | None:
@@ -196,7 +201,10 @@ def decode_note(method: str, measured: dict | None, decode_batch_size: int) -> s
     if measured is None or decode_batch_size <= 1:
         return None
     if measured.get("compresses_while_decoding"):
-        return f"{method} compresses while decoding: its decode batch {decode_batch_size} cells decode one example at a time"
+        return (
+            f"{method} compresses while decoding: its decode batch {decode_batch_size} cells decode one example "
+            "at a time"
+        )
     if measured.get("masks_slots"):
         return (
             f"{method} masks slots (kvpress keeps the masks on the model for one sequence at a time): its decode batch "

@@ -187,7 +187,11 @@ def _worker_of(config: dict, cell: dict) -> str | None:
     if not config["generation"].get("model_workers"):
         return None
     model = config["models"][cell["model"]]
-    return f"{cell['model']} ({attention_implementation_for(cell['method'], model['attn_implementation'], config.get('custom_methods'))} attention)"
+    return (
+        f"{cell['model']} "
+        f"({attention_implementation_for(cell['method'], model['attn_implementation'], config.get('custom_methods'))}"
+        " attention)"
+    )
 
 
 def plan_jobs(config: dict, study_cells: list[dict], perf_cells: list[dict]) -> list[dict]:

@@ -42,7 +42,8 @@ def method_kwargs_problems(config: dict) -> list[str]:
         if "compression_ratio" in (kwargs or {}):
             problems.append(
                 f"method_kwargs.{name} sets compression_ratio: how much cache each cell keeps is set by `retentions` "
-                "(the fraction KEPT; kvpress's compression_ratio is the fraction dropped), one cell per retention. Remove it."
+                "(the fraction KEPT; kvpress's compression_ratio is the fraction dropped), one cell per retention. "
+                "Remove it."
             )
     for name, spec in (config.get("custom_methods") or {}).items():
         if "compression_ratio" in ((spec or {}).get("kwargs") or {}):  # it was replaced by the retention without a word
@@ -54,7 +55,8 @@ def method_kwargs_problems(config: dict) -> list[str]:
 
 
 def _looks_local(path: str, workdir: Path) -> bool:
-    """A path a user meant as a folder: rooted, relative by dots or ~, deeper than org/name, or under a folder that exists here."""
+    """A path a user meant as a folder: rooted, relative by dots or ~, deeper than org/name,
+    or under a folder that exists here."""
     if path.startswith(("/", "./", "../", "~")) or path.count("/") >= 2 or "\\" in path:
         return True
     first = path.split("/", 1)[0]
@@ -229,7 +231,8 @@ def device_problems(config: dict) -> list[str]:
     if DEVICE.match(device):
         return []
     return [
-        f"generation.device {device!r} is not a device torch knows: use auto (a GPU when there is one), cpu, cuda or cuda:N"
+        f"generation.device {device!r} is not a device torch knows: "
+        "use auto (a GPU when there is one), cpu, cuda or cuda:N"
     ]
 
 

@@ -87,7 +87,8 @@ def read_config_file(path: str | os.PathLike) -> dict:
 
 
 def study_config_files(workflow) -> list[str]:
-    """The files the study's config comes from: the --configfile ones if any (they replace config.yaml), else config.yaml."""
+    """The files the study's config comes from: the --configfile ones if any
+    (they replace config.yaml), else config.yaml."""
     return [str(path) for path in workflow.overwrite_configfiles] or [str(path) for path in workflow.configfiles]
 
 
@@ -114,7 +115,8 @@ def refuse_numbers_as_text(overrides: dict, schema: dict) -> None:
             raise CommandLineConfigError(
                 f"--config {key}=[...] gave the list {value!r}: Snakemake passes a list's items as text, and "
                 f"{key} takes numbers. Put the list in a file and add it after the study's: "
-                f"printf '{key}: [{', '.join(texts)}]\\n' > my-{key}.yaml, then --configfile <study's config> my-{key}.yaml"
+                f"printf '{key}: [{', '.join(texts)}]\\n' > my-{key}.yaml, then --configfile <study's config> "
+                f"my-{key}.yaml"
             )
 
 

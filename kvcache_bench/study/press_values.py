@@ -59,9 +59,9 @@ def prompt_length_problem(method: str, kwargs: dict, pressed_lengths: list[int])
         value = (kwargs or {}).get(name)
         if _is_number(value) and value >= shortest:
             return (
-                f"method_kwargs.{method}.{name} is {value}, but the shortest prompt the press compresses has {shortest} "
-                f"tokens (of {len(pressed_lengths)}; longest {max(pressed_lengths)}): kvpress needs every prompt longer "
-                f"than the {name}. Lower {name} below {shortest}."
+                f"method_kwargs.{method}.{name} is {value}, but the shortest prompt the press compresses has "
+                f"{shortest} tokens (of {len(pressed_lengths)}; longest {max(pressed_lengths)}): kvpress needs every "
+                f"prompt longer than the {name}. Lower {name} below {shortest}."
             )
     return None
 
@@ -80,15 +80,17 @@ def decoding_budget_problem(
     interval, target = budget.get("compression_interval"), budget.get("target_size")
     if _is_number(interval) and interval > max_new_tokens:
         return (
-            f"{method} compresses every method_kwargs.{method}.compression_interval = {interval} decoding steps, but its "
-            f"cells generate at most {max_new_tokens} tokens: it would never compress, and the cell would measure the full "
-            f"cache. Set method_kwargs.{method}.compression_interval to at most {max_new_tokens} and target_size below "
-            "the prompts' length (kvpress's defaults, 512 and 2048, are for answers of thousands of tokens)."
+            f"{method} compresses every method_kwargs.{method}.compression_interval = {interval} decoding steps, but "
+            f"its cells generate at most {max_new_tokens} tokens: it would never compress, and the cell would measure "
+            f"the full cache. Set method_kwargs.{method}.compression_interval to at most {max_new_tokens} and "
+            "target_size below the prompts' length (kvpress's defaults, 512 and 2048, are for answers of thousands of "
+            "tokens)."
         )
     if prompt_lengths and _is_number(target) and target >= max(prompt_lengths) + max_new_tokens:
         return (
             f"method_kwargs.{method}.target_size is {target}, but the longest prompt plus its answer holds "
-            f"{max(prompt_lengths) + max_new_tokens} tokens (prompt {max(prompt_lengths)}, max_new_tokens {max_new_tokens}): "
-            f"the cache never outgrows it, so {method} would compress nothing. Lower target_size below {min(prompt_lengths)}."
+            f"{max(prompt_lengths) + max_new_tokens} tokens (prompt {max(prompt_lengths)}, max_new_tokens "
+            f"{max_new_tokens}): the cache never outgrows it, so {method} would compress nothing. Lower target_size "
+            f"below {min(prompt_lengths)}."
         )
     return None

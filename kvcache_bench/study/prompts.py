@@ -51,12 +51,16 @@ LONGBENCH_PROMPTS = {
         "You are given several news passages. Write a one-page summary of all news. \n\nNews:\n{context}\n\n"
         "Now, write a one-page summary of all the news.\n\nSummary:"
     ),
-    "trec": "Please determine the type of the question below. Here are some examples of questions.\n\n{context}\n{input}",
+    "trec": (
+        "Please determine the type of the question below. Here are some examples of questions.\n\n{context}\n{input}"
+    ),
     "triviaqa": (
         "Answer the question based on the given passage. Only give me the answer and do not output any other "
         "words. The following are some examples.\n\n{context}\n\n{input}"
     ),
-    "samsum": "Summarize the dialogue into a few short sentences. The following are some examples.\n\n{context}\n\n{input}",
+    "samsum": (
+        "Summarize the dialogue into a few short sentences. The following are some examples.\n\n{context}\n\n{input}"
+    ),
     "passage_count": (
         "There are some paragraphs below sourced from Wikipedia. Some of them may be duplicates. Please carefully "
         "read these paragraphs and determine how many unique paragraphs there are after removing duplicates. In "
@@ -192,7 +196,9 @@ ANSWERS_HIDDEN = frozenset(task for task in KVPRESS_LAYOUT_MAX_NEW_TOKENS if tas
 
 # The offline demo's synthetic task: a qasper-style instruction over a synthetic document.
 SYNTHETIC_PROMPTS = {
-    "synthetic_qa": "read the document and answer the question .\n\ndocument : {context}\n\nquestion : {input}\nanswer :",
+    "synthetic_qa": (
+        "read the document and answer the question .\n\ndocument : {context}\n\nquestion : {input}\nanswer :"
+    ),
 }
 SYNTHETIC_TASK = (
     "synthetic_qa"  # the offline demo's task (kvcache_bench.data.synthetic makes it; the canary trains on it)
@@ -204,7 +210,8 @@ SYNTHETIC_QUESTIONS_PER_DOCUMENT = 2
 
 
 def synthetic_row_count(generator: dict) -> int:
-    """How many rows ``data.synthetic.make_synthetic_rows(**generator)`` writes: asking for more is flagged, not capped."""
+    """How many rows ``data.synthetic.make_synthetic_rows(**generator)`` writes:
+    asking for more is flagged, not capped."""
     facts = generator.get("facts_per_document", SYNTHETIC_FACTS_PER_DOCUMENT)
     questions = generator.get("questions_per_document", SYNTHETIC_QUESTIONS_PER_DOCUMENT)
     return generator.get("n_documents", 0) * min(questions, facts)

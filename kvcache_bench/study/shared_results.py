@@ -134,7 +134,8 @@ def _foreign_outputs(expected_by_output: dict[str, dict], workdir, forced: Itera
             continue  # no manifest (yet): the job that reads the file refuses it
         made_in = manifest.get("workdir")
         if not made_in or os.path.realpath(made_in) in ours:
-            continue  # made here (or here before a move): Snakemake's own records rerun it when this config's settings changed
+            continue  # made here (or here before a move): Snakemake's own records rerun it when this config's
+            # settings changed
         differences = settings_differences(manifest.get("params") or {}, expected)
         if differences:
             problems.append(

@@ -78,7 +78,7 @@ def main() -> None:
         step_bytes = weight_bytes + batch * (cached + args.new_tokens / 2) * kv_bytes_per_token
         floor = step_bytes / bandwidth if bandwidth else None
         row = {"decode_batch": batch, "cached_tokens_per_row": cached, "step_bytes": step_bytes, "floor_step_s": floor}
-        for graphs in ([False, True] if device.type == "cuda" else [False]):
+        for graphs in [False, True] if device.type == "cuda" else [False]:
             row["graph_step_s" if graphs else "eager_step_s"] = timed_decode(model, batch_rows, args.new_tokens, graphs)
         if floor and "graph_step_s" in row:
             row["graph_over_floor"] = row["graph_step_s"] / floor
@@ -100,7 +100,10 @@ def main() -> None:
     print("| decode batch | eager ms/step | graph ms/step | floor ms/step | graph / floor |")
     for r in rows:
         fmt = lambda v: f"{v * 1e3:.2f}" if v is not None else "-"  # noqa: E731
-        print(f"| {r['decode_batch']} | {fmt(r.get('eager_step_s'))} | {fmt(r.get('graph_step_s'))} | {fmt(r['floor_step_s'])} | {r.get('graph_over_floor', 0):.2f} |")
+        print(
+            f"| {r['decode_batch']} | {fmt(r.get('eager_step_s'))} | {fmt(r.get('graph_step_s'))} | "
+            f"{fmt(r['floor_step_s'])} | {r.get('graph_over_floor', 0):.2f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""Write the multi-GPU check's study: the random-model demo (config/demo-random.yaml) with one generation cell per GPU and a bigger model.
+"""Write the multi-GPU check's study: the random-model demo (config/demo-random.yaml) with one generation cell per
+GPU and a bigger model.
 
     python tools/gpu/multigpu_config.py --gpus 2 --out <dir> [--rehearsal]
 
@@ -30,8 +31,15 @@ def main():
     model = config["models"]["demo-tiny-llama"]
     model_config = json.loads(Path(model["build"]["model_config"]).read_text())
     if not args.rehearsal:
-        model_config.update(hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
-                            num_attention_heads=16, num_key_value_heads=8, head_dim=128, torch_dtype="bfloat16")
+        model_config.update(
+            hidden_size=2048,
+            intermediate_size=5632,
+            num_hidden_layers=8,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            torch_dtype="bfloat16",
+        )
         model["dtype"] = "bfloat16"
         config["datasets"]["synthetic"]["synthetic"].update(n_documents=30, min_words=1500, max_words=3000)
         config["datasets"]["synthetic"]["num_examples"] = 60

@@ -44,25 +44,30 @@ def main():
     rows = []
     for job in jobs:
         locked = job["devices"]
-        rows.append({
-            "output": job.get("output"),
-            "pid": job["pid"],
-            "locked_gpu_index": locked,
-            "locked_gpu_uuid": [uuid_of_index.get(index) for index in locked],
-            "cuda_device_uuid": job.get("cuda_device_uuid"),
-            "cuda_device_name": job.get("cuda_device_name"),
-            "max_memory_allocated": job.get("max_memory_allocated"),
-            "nvidia_smi_gpu_uuids": sorted(gpus_seen_for_pid.get(str(job["pid"]), [])),
-            "start_s": round(job["claimed_at"] - start, 3),
-            "end_s": round(job["released_at"] - start, 3),
-        })
+        rows.append(
+            {
+                "output": job.get("output"),
+                "pid": job["pid"],
+                "locked_gpu_index": locked,
+                "locked_gpu_uuid": [uuid_of_index.get(index) for index in locked],
+                "cuda_device_uuid": job.get("cuda_device_uuid"),
+                "cuda_device_name": job.get("cuda_device_name"),
+                "max_memory_allocated": job.get("max_memory_allocated"),
+                "nvidia_smi_gpu_uuids": sorted(gpus_seen_for_pid.get(str(job["pid"]), [])),
+                "start_s": round(job["claimed_at"] - start, 3),
+                "end_s": round(job["released_at"] - start, 3),
+            }
+        )
     overlaps = {
         f"{a['output']} & {b['output']}": round(min(a["end_s"], b["end_s"]) - max(a["start_s"], b["start_s"]), 3)
         for a, b in itertools.combinations(rows, 2)
     }
     all_at_once = round(min((r["end_s"] for r in rows), default=0) - max((r["start_s"] for r in rows), default=0), 3)
-    concurrent_pairs = [(a, b) for a, b in itertools.combinations(rows, 2)
-                        if min(a["end_s"], b["end_s"]) > max(a["start_s"], b["start_s"])]
+    concurrent_pairs = [
+        (a, b)
+        for a, b in itertools.combinations(rows, 2)
+        if min(a["end_s"], b["end_s"]) > max(a["start_s"], b["start_s"])
+    ]
     events = sorted([(r["start_s"], 1) for r in rows] + [(r["end_s"], -1) for r in rows], key=lambda e: (e[0], e[1]))
     running, most_at_once = 0, 0
     for _, change in events:
@@ -76,22 +81,30 @@ def main():
         ),
         "cuda_used_the_locked_gpu": (
             all(r["cuda_device_uuid"] and r["cuda_device_uuid"] in r["locked_gpu_uuid"] for r in rows)
-            if uuid_of_index else None
+            if uuid_of_index
+            else None
         ),
         "concurrent_jobs_on_distinct_cuda_devices": (
             all(a["cuda_device_uuid"] != b["cuda_device_uuid"] for a, b in concurrent_pairs)
-            if all(r["cuda_device_uuid"] for r in rows) else None
+            if all(r["cuda_device_uuid"] for r in rows)
+            else None
         ),
         "nvidia_smi_agrees": (
             all(r["nvidia_smi_gpu_uuids"] == [r["cuda_device_uuid"]] for r in rows)
             # None when nvidia-smi shows other pids (a container's pid namespace): no verdict either way
-            if any(r["nvidia_smi_gpu_uuids"] for r in rows) and all(r["cuda_device_uuid"] for r in rows) else None
+            if any(r["nvidia_smi_gpu_uuids"] for r in rows) and all(r["cuda_device_uuid"] for r in rows)
+            else None
         ),
     }
     passed = all(value is not False for value in checks.values()) and checks["expected_jobs_ran"]
-    report = {"passed": passed, "checks": checks, "most_jobs_at_once": most_at_once,
-              "seconds_all_jobs_overlapped": all_at_once,
-              "pairwise_overlap_seconds": overlaps, "jobs": rows}
+    report = {
+        "passed": passed,
+        "checks": checks,
+        "most_jobs_at_once": most_at_once,
+        "seconds_all_jobs_overlapped": all_at_once,
+        "pairwise_overlap_seconds": overlaps,
+        "jobs": rows,
+    }
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     sys.exit(0 if passed else 1)

@@ -47,7 +47,9 @@ def main() -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
     per_step = (time.perf_counter() - started) / args.steps
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
+    )
     with torch.profiler.profile(activities=activities) as profiler:
         decode_together(model, prefilled, args.steps, set())
         if device.type == "cuda":

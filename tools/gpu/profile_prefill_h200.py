@@ -48,8 +48,13 @@ def main() -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    phases = {"bare forward (no press)": [], "forward under snapkv": [], "held-back last token": [],
-              "snapshot for batching": [], "prefill_example total": []}
+    phases = {
+        "bare forward (no press)": [],
+        "forward under snapkv": [],
+        "held-back last token": [],
+        "snapshot for batching": [],
+        "prefill_example total": [],
+    }
     held = []
     for index, prompt in enumerate(prompts):
         ids = prompt.context_ids + prompt.question_ids
@@ -74,11 +79,17 @@ def main() -> None:
         if index >= 2:  # the first two warm up
             for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
                 phases[name].append(seconds)
-    lines = [f"allocator: PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '(default)')}; "
-             f"{args.examples} prompts of ~{tokens} tokens (median ms, min-max)"]
+    lines = [
+        f"allocator: PYTORCH_CUDA_ALLOC_CONF={os.environ.get('PYTORCH_CUDA_ALLOC_CONF', '(default)')}; "
+        f"{args.examples} prompts of ~{tokens} tokens (median ms, min-max)"
+    ]
     for name, values in phases.items():
-        lines.append(f"{name:<32} {statistics.median(values) * 1e3:8.1f}  ({min(values) * 1e3:.1f}-{max(values) * 1e3:.1f})")
-    activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+        lines.append(
+            f"{name:<32} {statistics.median(values) * 1e3:8.1f}  ({min(values) * 1e3:.1f}-{max(values) * 1e3:.1f})"
+        )
+    activities = [torch.profiler.ProfilerActivity.CPU] + (
+        [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
+    )
     with torch.profiler.profile(activities=activities) as profiler:
         for prompt in prompts[:2]:
             prefill_example(model, prompt, press, "question_aware")
@@ -87,7 +98,11 @@ def main() -> None:
     lines.append(profiler.key_averages().table(sort_by=sort_key, row_limit=25))
     report = "\n".join(lines) + "\n"
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    name = "profile_prefill_h200" + ("_expandable" if "expandable" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") else "") + ".txt"
+    name = (
+        "profile_prefill_h200"
+        + ("_expandable" if "expandable" in os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "") else "")
+        + ".txt"
+    )
     (Path(args.out) / name).write_text(report)
     print("\n".join(lines[: len(phases) + 1]))
 

@@ -28,7 +28,10 @@ class Strategy(Enum):
     SHARED_CONTEXTS_TOGETHER = (
         "shared_contexts_together"  # contexts compressed once, all their questions decoded together
     )
-    OTHER_QUESTION = "other_question"  # context + a question compressed once, its slots removed, questions decoded (other_question, same_question)
+    OTHER_QUESTION = (
+        "other_question"  # context + a question compressed once, its slots removed, questions decoded
+        # (other_question, same_question)
+    )
     PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
 
 

@@ -7,7 +7,10 @@ from kvcache_bench.engine.decoders import Decoding, at_batch_one
 from kvcache_bench.engine.single_decode import Generation, generate_one_pressing_while_decoding
 from kvcache_bench.study.prompts import PromptTokens
 
-WHILE_DECODING_FALLBACK = "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: decoded at batch 1"
+WHILE_DECODING_FALLBACK = (
+    "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: "
+    "decoded at batch 1"
+)
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
