@@ -2,9 +2,9 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.figures.style import save_figure
 from kvcache_bench.analysis.layout import log_layout
 from kvcache_bench.analysis.padding import padding_figure
-from kvcache_bench.analysis.plots import save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

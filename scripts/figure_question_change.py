@@ -3,8 +3,9 @@ question."""
 
 import pandas as pd
 
+from kvcache_bench.analysis.figures.question_change import question_change
+from kvcache_bench.analysis.figures.style import save_figure
 from kvcache_bench.analysis.layout import log_layout
-from kvcache_bench.analysis.plots import question_change, save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 

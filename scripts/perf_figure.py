@@ -2,8 +2,8 @@
 
 import pandas as pd
 
+from kvcache_bench.analysis.figures.style import save_figure
 from kvcache_bench.analysis.layout import log_layout
-from kvcache_bench.analysis.plots import save_figure
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.perf.plots import perf_vs_retention
 from kvcache_bench.workflow import current_job, logging_to, params_of, settings_of

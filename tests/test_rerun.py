@@ -18,9 +18,12 @@ def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_include
     generate = package_modules(REPO / "scripts/generate.py", REPO / "kvcache_bench")
     assert {"kvcache_bench/engine/single_decode.py", "kvcache_bench/engine/batched_decode.py", "kvcache_bench/methods/registry.py"} <= set(generate)
     assert {"kvcache_bench/engine/cell_runner.py", "kvcache_bench/engine/prefill.py", "kvcache_bench/engine/caches.py", "kvcache_bench/engine/loading.py"} <= set(generate)
-    assert "kvcache_bench/analysis/plots.py" not in generate
+    assert "kvcache_bench/analysis/figures/style.py" not in generate
     figure = package_modules(REPO / "scripts/figure_quality_vs_retention.py", REPO / "kvcache_bench")
-    assert "kvcache_bench/analysis/plots.py" in figure and "kvcache_bench/engine/single_decode.py" not in figure
+    assert {"kvcache_bench/analysis/figures/quality_vs_retention.py", "kvcache_bench/analysis/figures/style.py"} <= set(figure)
+    # one figure's module is not another's: editing it reruns that figure alone
+    assert "kvcache_bench/analysis/figures/paired_scatter.py" not in figure
+    assert "kvcache_bench/engine/single_decode.py" not in figure
 
 
 def _checkout_copy(tmp_path):
@@ -55,7 +58,9 @@ def test_every_rule_with_a_script_carries_the_hash_of_that_scripts_modules():
         for block in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M)[1:]:
             script = re.search(r'^    script:\n\s+"\.\./scripts/([\w.]+)"', block, flags=re.M)
             if script:
-                assert f'code=package_code("{script.group(1)}")' in block, block.splitlines()[0]
+                # directly, or through the params block of every job that loads a model (rules/common.smk)
+                carried = (f'code=package_code("{script.group(1)}")', f'**model_job_params("{script.group(1)}")')
+                assert any(form in block for form in carried), block.splitlines()[0]
 
 
 @pytest.fixture
@@ -125,8 +130,12 @@ def test_a_metric_edit_plans_the_scores_and_what_reads_them_and_nothing_upstream
     assert set(jobs) == {"score", "aggregate", "ranking", "all"} | FIGURE_RULES
 
 
-def test_a_plotting_edit_plans_only_the_figures(finished_demo):
-    _append_code(finished_demo / "kvcache_bench/analysis/plots.py")
+def test_a_plotting_edit_plans_only_the_figures_it_draws(finished_demo):
+    _append_code(finished_demo / "kvcache_bench/analysis/figures/batch_size.py")
+    jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
+    assert set(jobs) == {"figure_batch_size", "all"}
+    # what every figure shares: every figure, nothing upstream
+    _append_code(finished_demo / "kvcache_bench/analysis/figures/style.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert set(jobs) == FIGURE_RULES | {"all"}
 

@@ -2,7 +2,7 @@
 
 A figure a reader pastes into a paper must not have text over text, must fit a page column or a slide
 (``MAX_WIDTH_PX`` at the saved dpi) and must stay legible when shrunk (no text under ``MIN_FONT_PT``).
-``layout_report`` measures a drawn figure; ``save_figure`` (analysis.plots) records it in the figure's
+``layout_report`` measures a drawn figure; ``save_figure`` (analysis.figures.style) records it in the figure's
 manifest and logs every problem, and the tests hold every figure the demo and ``reference_figures`` draw
 to an empty list of problems.
 """
