@@ -220,9 +220,6 @@ def announce_before_any_job():
 # ----------------------------------------------------------------------------- blocks rules share
 # (as PyPSA-Eur's logs()/benchmarks()/resources(): a block written once here, so each rule is its own few lines)
 
-# a job that holds one GPU: `--resources gpu=N` (profiles/*) runs N of them at once, one per device
-GPU_JOB = {"gpu": 1}
-
 
 def model_job_params(script):
     """The params of every job that loads a model: its script's code hash, the model's settings, and the hash of

@@ -13,7 +13,7 @@ if ENGINE_COMPARISON:
         conda:
             "../envs/generate.yaml"
         resources:
-            **GPU_JOB,
+            gpu=1,
         params:
             code=package_code("measure_hardware_rates.py"),
             device=GENERATION["device"],

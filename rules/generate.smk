@@ -19,7 +19,7 @@ rule generate:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        **GPU_JOB,
+        gpu=1,
     params:
         **model_job_params("generate.py"),
         engine=lookup(dpath="models/{model}/engine", within=config),

@@ -37,7 +37,7 @@ rule build_shaped_model:
     conda:
         "../envs/generate.yaml"
     resources:
-        **GPU_JOB,
+        gpu=1,
     params:
         code=package_code("build_shaped_model.py"),
         shape=lookup(dpath="models/{model}/build/shape", within=config),

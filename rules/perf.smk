@@ -21,7 +21,7 @@ rule perf:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        **GPU_JOB,
+        gpu=1,
     params:
         **model_job_params("perf.py"),
         # the cell's own check (not_run.refusal_of) reads these with its method's properties

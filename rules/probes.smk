@@ -22,7 +22,7 @@ rule probe_attention_sink:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        **GPU_JOB,
+        gpu=1,
     params:
         **model_job_params("probe_attention_sink.py"),
         examples=lookup(dpath="probes/attention_sink/examples", within=config, default=None),
@@ -46,7 +46,7 @@ rule probe_padding:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
     resources:
-        **GPU_JOB,
+        gpu=1,
     params:
         **model_job_params("probe_padding.py"),
         retention=padding_probe_retention,

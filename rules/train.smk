@@ -23,7 +23,7 @@ rule train_canary:
         "../envs/generate.yaml"
     threads: CANARY_TRAIN_SETTINGS["num_workers"] + 1
     resources:
-        **GPU_JOB,
+        gpu=1,
     params:
         code=package_code("train_canary.py"),
         settings=CANARY_TRAIN_SETTINGS,
