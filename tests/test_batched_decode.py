@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from kvcache_bench.engine import single_decode as engine
-from kvcache_bench.engine.batched_decode import DecodePath, generate_prefill_one_decode_many
+from kvcache_bench.engine.decoders import one_by_one as engine
+from kvcache_bench.engine.decoders.decode_many import generate_prefill_one_decode_many
+from kvcache_bench.engine.greedy import DecodePath
 from kvcache_bench.methods.registry import METHODS, attention_implementation_for, build_press
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
@@ -85,7 +86,7 @@ def test_pyramidkv_layers_of_unequal_length_decode_together():
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
     generations, path = generate_prefill_one_decode_many(model, prompts, press_for("pyramidkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 8)
-    from kvcache_bench.engine.batched_decode import prefill_prompt
+    from kvcache_bench.engine.prefilled import prefill_prompt
 
     lengths = {tuple(k.shape[-2] for k in prefill_prompt(model, prompts[1], press_for("pyramidkv"), QuestionMode.QUESTION_AWARE).keys)}
     assert len(set(next(iter(lengths)))) > 1, "the test needs a press keeping different counts per layer"
@@ -126,7 +127,8 @@ def test_model_attention_is_restored_after_batched_decoding():
 
 @pytest.mark.parametrize("method", ["snapkv", "knorm"])
 def test_shared_context_compressed_once_decodes_like_each_question_alone(method):
-    from kvcache_bench.engine.batched_decode import decode_together, prefilled_shared_context
+    from kvcache_bench.engine.prefilled import prefilled_shared_context
+    from kvcache_bench.engine.static_decode import decode_together
 
     model = demo_shaped_llama("sdpa")
     context = random_prompts([(250, 0)])[0].context_ids
@@ -195,7 +197,7 @@ def test_grouped_query_decode_attention_equals_repeated_kv_attention():
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from kvcache_bench.engine.batched_decode import _grouped_query_sdpa
+    from kvcache_bench.engine.static_decode import _grouped_query_sdpa
 
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(3, 8, 1, 16, generator=generator)
@@ -218,19 +220,19 @@ def test_a_second_batch_of_the_same_shape_reuses_the_decode_buffers_and_answers_
     model._kvbench_decode_state = None
     prompts = random_prompts([(150, 8), (150, 8), (150, 8), (150, 8)], seed=7)
     states = []
-    from kvcache_bench.engine import batched_decode
+    from kvcache_bench.engine import static_decode
 
-    original = batched_decode._state_for
+    original = static_decode._state_for
 
     def spy(model, shape):
         states.append(original(model, shape))
         return states[-1]
 
-    batched_decode._state_for = spy
+    static_decode._state_for = spy
     try:
         tokens, path = batched(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, 2, stop_ids=set(), new_tokens=8)
     finally:
-        batched_decode._state_for = original
+        static_decode._state_for = original
     assert len(states) == 2 and states[0] is states[1]
     assert tokens == engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE, stop_ids=set(), new_tokens=8)
 

@@ -4,8 +4,10 @@ context in question-agnostic mode, batch 4 == batch 1 for the full cache, a real
 import pytest
 import torch
 
+from kvcache_bench.engine.decoders.one_by_one import generate_one
+from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
+from kvcache_bench.engine.decoders.shared_context import generate_shared_context
 from kvcache_bench.engine.prefill import prefill
-from kvcache_bench.engine.single_decode import generate_one, generate_padded_batch, generate_shared_context
 from kvcache_bench.methods.registry import build_press, cache_factory_for
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode

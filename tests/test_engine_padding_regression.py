@@ -9,7 +9,8 @@ test shows pads surviving compression and outputs parting from batch 1, while th
 import pytest
 from transformers import DynamicCache
 
-from kvcache_bench.engine.single_decode import generate_one, generate_padded_batch
+from kvcache_bench.engine.decoders.one_by_one import generate_one
+from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell
 from kvcache_bench.study.prompts import PromptTokens

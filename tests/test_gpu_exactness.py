@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, build_random_model
-from kvcache_bench.engine.batched_decode import generate_prefill_one_decode_many
-from kvcache_bench.engine.single_decode import generate_one
+from kvcache_bench.engine.decoders.decode_many import generate_prefill_one_decode_many
+from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode

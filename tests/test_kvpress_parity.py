@@ -9,8 +9,8 @@ Retention 0.5, for these five and every other method that runs offline: tests/te
 import pytest
 import torch
 
+from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.loading import load_model, load_tokenizer, stop_token_ids
-from kvcache_bench.engine.single_decode import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompts import build_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode

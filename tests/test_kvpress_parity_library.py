@@ -24,9 +24,10 @@ from test_kvpress_parity import (  # noqa: F401
     smollm2,
 )
 
+from kvcache_bench.engine.decoders.one_by_one import generate_one
+from kvcache_bench.engine.decoders.press_while_decoding import generate_one_pressing_while_decoding
 from kvcache_bench.engine.loading import load_model, stop_token_ids
 from kvcache_bench.engine.prefill import pressed_and_trailing
-from kvcache_bench.engine.single_decode import generate_one, generate_one_pressing_while_decoding
 from kvcache_bench.methods.catalogue import DECODING
 from kvcache_bench.methods.method_properties import measure
 from kvcache_bench.methods.parity import (

@@ -46,10 +46,10 @@ def test_no_module_imports_one_that_imports_it_back():
 
 
 def test_engine_modules_sit_in_the_documented_order():
-    # loading and caches need nothing of the package; prefill builds on them; single_decode on prefill;
-    # batched_decode on single_decode; the cell runner on everything: one home per concern.
+    # loading and caches need nothing of the package; prefill builds on them; greedy (batch-1 decoding) on prefill;
+    # prefilled (snapshots to stack) and static_decode (stacked caches decoded) on greedy; the cell runner on everything.
     # The decoders (one file per strategy, engine/decoders/) sit between the decode functions and the cell runner.
-    order = ["loading", "caches", "prefill", "single_decode", "batched_decode", "decoders", "cell_runner"]
+    order = ["loading", "caches", "prefill", "greedy", "prefilled", "static_decode", "decoders", "cell_runner"]
     for index, module in enumerate(order):
         later = {f"engine.{name}" for name in order[index:]}
         files = sorted((PACKAGE / "engine" / module).glob("*.py")) if module == "decoders" else [PACKAGE / "engine" / f"{module}.py"]

@@ -10,16 +10,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kvcache_bench.engine.batched_decode import decode_together
-from kvcache_bench.engine.other_question import (
+from kvcache_bench.engine.decoders.other_question import (
     OtherQuestionGroup,
     compress_with_other_question,
     generate_other_question,
     prefilled_question,
 )
+from kvcache_bench.engine.greedy import greedy_decode
 from kvcache_bench.engine.prefill import prefill
-from kvcache_bench.engine.single_decode import greedy_decode
 from kvcache_bench.engine.slot_positions import KeptPositions
+from kvcache_bench.engine.static_decode import decode_together
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.question_modes import other_questions

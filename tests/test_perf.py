@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
-from kvcache_bench.engine.single_decode import generate_one
+from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.perf import hardware as perf_hardware
 from kvcache_bench.perf import plan

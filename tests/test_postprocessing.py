@@ -7,7 +7,7 @@ whitespace in front of an answer or inside indented code is part of what it scor
 import pytest
 
 from kvcache_bench.analysis.metrics import LONGBENCH_TASK_METRICS, METRICS, score_example
-from kvcache_bench.engine.single_decode import decode_answer
+from kvcache_bench.engine.greedy import decode_answer
 
 
 def longbench_eval_score(task, prediction, answers, all_classes=None):

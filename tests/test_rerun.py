@@ -16,14 +16,14 @@ FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_
 
 def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_included():
     generate = package_modules(REPO / "scripts/generate.py", REPO / "kvcache_bench")
-    assert {"kvcache_bench/engine/single_decode.py", "kvcache_bench/engine/batched_decode.py", "kvcache_bench/methods/registry.py"} <= set(generate)
+    assert {"kvcache_bench/engine/greedy.py", "kvcache_bench/engine/static_decode.py", "kvcache_bench/engine/decoders/decode_many.py", "kvcache_bench/methods/registry.py"} <= set(generate)
     assert {"kvcache_bench/engine/cell_runner.py", "kvcache_bench/engine/prefill.py", "kvcache_bench/engine/caches.py", "kvcache_bench/engine/loading.py"} <= set(generate)
     assert "kvcache_bench/analysis/figures/style.py" not in generate
     figure = package_modules(REPO / "scripts/figure_quality_vs_retention.py", REPO / "kvcache_bench")
     assert {"kvcache_bench/analysis/figures/quality_vs_retention.py", "kvcache_bench/analysis/figures/style.py"} <= set(figure)
     # one figure's module is not another's: editing it reruns that figure alone
     assert "kvcache_bench/analysis/figures/paired_scatter.py" not in figure
-    assert "kvcache_bench/engine/single_decode.py" not in figure
+    assert "kvcache_bench/engine/greedy.py" not in figure
 
 
 def _checkout_copy(tmp_path):
@@ -40,7 +40,7 @@ def _hashes(copy):
 def test_the_hash_changes_with_the_code_of_a_module_the_script_runs_and_only_then(tmp_path):
     copy = _checkout_copy(tmp_path)
     before = _hashes(copy)
-    _append_code(copy / "kvcache_bench/engine/single_decode.py")
+    _append_code(copy / "kvcache_bench/engine/greedy.py")
     after = _hashes(copy)
     assert after["generate.py"] != before["generate.py"] and after["score.py"] == before["score.py"]
 
@@ -49,7 +49,7 @@ def test_comments_docstrings_and_formatting_leave_the_hash_alone(tmp_path):
     copy = _checkout_copy(tmp_path)
     before = _hashes(copy)
     _rewrite_without_changing_code(copy / "kvcache_bench/files.py")
-    _rewrite_without_changing_code(copy / "kvcache_bench/engine/single_decode.py")
+    _rewrite_without_changing_code(copy / "kvcache_bench/engine/greedy.py")
     assert _hashes(copy) == before
 
 
@@ -93,7 +93,7 @@ def _rewrite_without_changing_code(path):
 
 def test_a_docstring_comment_or_formatting_edit_plans_nothing(finished_demo):
     _rewrite_without_changing_code(finished_demo / "kvcache_bench/files.py")
-    _rewrite_without_changing_code(finished_demo / "kvcache_bench/engine/single_decode.py")
+    _rewrite_without_changing_code(finished_demo / "kvcache_bench/engine/greedy.py")
     result = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True)
     assert planned_jobs(result.stdout) == {}, result.stdout[-2000:]
 
@@ -117,7 +117,7 @@ def test_a_touched_or_checked_out_script_plans_nothing_and_a_real_edit_plans_its
 
 
 def test_an_engine_edit_plans_the_generate_jobs_again(finished_demo):
-    _append_code(finished_demo / "kvcache_bench/engine/single_decode.py")
+    _append_code(finished_demo / "kvcache_bench/engine/greedy.py")
     jobs = planned_jobs(run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", check=True).stdout)
     assert jobs["generate"] == 78
     assert "figure_quality_vs_retention" in jobs  # downstream of new predictions

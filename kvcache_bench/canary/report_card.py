@@ -115,8 +115,8 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     """What a batching harness does (left padding, presses rank the pads): refused by the pipeline."""
     import torch
 
+    from kvcache_bench.engine.decoders.padded_batch import padded_batch_answers
     from kvcache_bench.engine.loading import load_for_settings
-    from kvcache_bench.engine.single_decode import padded_batch_answers
     from kvcache_bench.methods.registry import build_press
     from kvcache_bench.study.prompts import build_prompt_tokens
 

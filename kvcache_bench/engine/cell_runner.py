@@ -9,12 +9,15 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.engine.batched_decode import DecodePath, decode_mode
 from kvcache_bench.engine.caches import kv_bytes_per_token
 from kvcache_bench.engine.decoders import DECODERS, Strategy, shared_context_groups
-from kvcache_bench.engine.decoders.press_while_decoding import WHILE_DECODING_FALLBACK  # noqa: F401  (named by tests and docs)
+from kvcache_bench.engine.decoders.press_while_decoding import (
+    WHILE_DECODING_FALLBACK,  # noqa: F401  (named by tests and docs)
+    presses_while_decoding,
+)
+from kvcache_bench.engine.greedy import DecodePath, Generation, decode_answer
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
-from kvcache_bench.engine.single_decode import Generation, decode_answer, presses_while_decoding
+from kvcache_bench.engine.static_decode import decode_mode
 from kvcache_bench.methods.registry import (
     attention_implementation_for,
     build_press,
@@ -44,7 +47,7 @@ SECONDS_COVER = (
 )
 
 
-# strategies whose decode steps run through batched_decode.decode_together (static buffers, CUDA graphs on a GPU)
+# strategies whose decode steps run through static_decode.decode_together (static buffers, CUDA graphs on a GPU)
 DECODED_TOGETHER = (Strategy.DECODE_MANY, Strategy.SHARED_CONTEXTS_TOGETHER, Strategy.OTHER_QUESTION)
 
 
@@ -270,7 +273,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
 
     ``run.batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
-    (``kvcache_bench.engine.batched_decode``: safe with eviction). ``loaded`` is a model a worker
+    (``kvcache_bench.engine.decoders.decode_many``: safe with eviction). ``loaded`` is a model a worker
     loaded already for these settings and this method's attention (``kvcache_bench.runtime.worker``).
     In the other-question mode a row that is the only question on its context has no record (the cell's
     count says how many it could use). ``run.masks_slots``: the method's check measured that it hides slots through

@@ -20,8 +20,8 @@ import time
 import torch
 
 from kvcache_bench.engine.caches import clear_key_masks, mean_cache_length
+from kvcache_bench.engine.decoders.press_while_decoding import presses_while_decoding
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
-from kvcache_bench.engine.single_decode import presses_while_decoding
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.prompts import split_prompt

@@ -289,7 +289,7 @@ def measure_cells(
 
     Returns one record per measured run. ``context_ids`` maps a context length to its token ids.
     """
-    from kvcache_bench.engine.single_decode import presses_while_decoding
+    from kvcache_bench.engine.decoders.press_while_decoding import presses_while_decoding
     from kvcache_bench.methods.registry import build_press
 
     for cell in cells:

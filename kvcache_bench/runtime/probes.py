@@ -18,9 +18,9 @@ import sys
 import torch
 
 from kvcache_bench.analysis.metrics import score_example
+from kvcache_bench.engine.decoders.padded_batch import left_padded_batch, padded_batch_answers
 from kvcache_bench.engine.loading import stop_token_ids
 from kvcache_bench.engine.prefill import press_context
-from kvcache_bench.engine.single_decode import left_padded_batch, padded_batch_answers
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.prompts import build_prompt_tokens

@@ -18,7 +18,7 @@ class QuestionMode(StrEnum):
     # the press sees the context alone; the question runs afterwards on the compressed cache
     QUESTION_AGNOSTIC = "question_agnostic"
     # the press sees context + another question on the same context; that question's slots are then removed
-    # and this example's question runs where it would in question_agnostic (engine.other_question)
+    # and this example's question runs where it would in question_agnostic (engine.decoders.other_question)
     OTHER_QUESTION = "other_question"
     # as other_question, with this example's own question in view: its slots removed, it runs again uncompressed.
     # other_question differs from it only in which question the press saw (question_aware also presses the
@@ -27,7 +27,7 @@ class QuestionMode(StrEnum):
 
     @property
     def removes_the_question_it_showed(self) -> bool:
-        """The press saw a question whose slots are then removed (engine.other_question)."""
+        """The press saw a question whose slots are then removed (engine.decoders.other_question)."""
         return self in (QuestionMode.OTHER_QUESTION, QuestionMode.SAME_QUESTION)
 
 

@@ -25,8 +25,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import device_name  # noqa: E402
 
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
-from kvcache_bench.engine import batched_decode  # noqa: E402
-from kvcache_bench.engine.batched_decode import decode_together, prefill_prompt  # noqa: E402
+from kvcache_bench.engine import static_decode  # noqa: E402
+from kvcache_bench.engine.prefilled import prefill_prompt  # noqa: E402
+from kvcache_bench.engine.static_decode import decode_together  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 from kvcache_bench.perf.rates import copy_bytes_per_s  # noqa: E402
 from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
@@ -39,7 +40,7 @@ def copy_bandwidth(device: torch.device) -> float | None:
 
 def timed_decode(model, prefilled, new_tokens: int, graphs: bool) -> float:
     """Seconds per step of a ``new_tokens`` decode (state built and graph captured by an untimed first call)."""
-    with mock.patch.object(batched_decode, "_graphs_wanted", lambda m: graphs and m.device.type == "cuda"):
+    with mock.patch.object(static_decode, "_graphs_wanted", lambda m: graphs and m.device.type == "cuda"):
         decode_together(model, prefilled, new_tokens, set())
         if model.device.type == "cuda":
             torch.cuda.synchronize()

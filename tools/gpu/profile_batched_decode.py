@@ -22,7 +22,8 @@ from gpu_common import random_prompts  # noqa: E402
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE as LLAMA_31_8B  # noqa: E402
 from kvcache_bench.data.model_shapes import TINY_LLAMA_SHAPE as TINY  # noqa: E402
 from kvcache_bench.data.model_shapes import build_random_model  # noqa: E402
-from kvcache_bench.engine.batched_decode import decode_together, prefill_prompt  # noqa: E402
+from kvcache_bench.engine.prefilled import prefill_prompt  # noqa: E402
+from kvcache_bench.engine.static_decode import decode_together  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 
 

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import random_prompts  # noqa: E402
 
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
-from kvcache_bench.engine.batched_decode import prefilled_from_cache  # noqa: E402
 from kvcache_bench.engine.prefill import prefill, prefill_example  # noqa: E402
+from kvcache_bench.engine.prefilled import prefilled_from_cache  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 
 

@@ -12,8 +12,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import Protocol
 
-from kvcache_bench.engine.batched_decode import DecodePath
-from kvcache_bench.engine.single_decode import Generation
+from kvcache_bench.engine.greedy import DecodePath, Generation
 from kvcache_bench.study.prompts import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 

@@ -2,10 +2,115 @@
 
 from __future__ import annotations
 
-from kvcache_bench.engine.batched_decode import DecodePath, generate_prefill_one_decode_many
+import time
+
+import torch
+
+from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.decoders import Decoding
-from kvcache_bench.engine.single_decode import Generation
+from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import (
+    prefill,
+    prefill_example,
+)
+from kvcache_bench.engine.prefilled import (
+    PrefilledPrompt,
+    prefilled_from_cache,
+    stacking_obstacle,
+)
+from kvcache_bench.engine.static_decode import decode_memory_budget, decode_together
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
+
+
+@torch.inference_mode()
+def generate_prefill_one_decode_many(
+    model,
+    prompts: list[PromptTokens],
+    press,
+    mode: QuestionMode,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    decode_batch_size: int,
+    *,
+    min_new_tokens: int = 0,
+    make_cache=default_cache,
+    memory_budget_bytes: float | None = None,
+) -> tuple[list[Generation], DecodePath]:
+    """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
+
+    ``make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
+    An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
+    A batch is decoded early when its compressed caches would pass ``memory_budget_bytes`` (default: see
+    ``decode_memory_budget``), so long prompts decode in smaller batches instead of running out of memory.
+    """
+    if decode_batch_size < 1:
+        raise ValueError(f"decode_batch_size must be >= 1, got {decode_batch_size}")
+    budget = decode_memory_budget(model.device) if memory_budget_bytes is None else memory_budget_bytes
+    pending_bytes = 0
+    generations: list[Generation | None] = [None] * len(prompts)
+    pending: list[tuple[int, PrefilledPrompt]] = []
+    fallbacks: set[str] = set()
+    largest_batch = 0
+
+    def flush():
+        nonlocal largest_batch
+        if not pending:
+            return
+        start = time.perf_counter()
+        outputs = decode_together(model, [p for _, p in pending], max_new_tokens, stop_ids, min_new_tokens)
+        synchronize(model.device)
+        share = (time.perf_counter() - start) / len(pending)
+        for (index, p), token_ids in zip(pending, outputs):
+            generations[index] = Generation(
+                token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens
+            )
+        largest_batch = max(largest_batch, len(pending))
+        pending.clear()
+
+    for index, prompt in enumerate(prompts):
+        start = time.perf_counter()
+        prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
+        batching = decode_batch_size > 1
+        cache, last_logits, kept, pressed = prefill_example(
+            model, prompt, press, mode, make_cache, run_held_back=not batching
+        )
+        held_back = (prompt.context_ids + prompt.question_ids)[pressed:] if batching else []
+        obstacle = stacking_obstacle(model, cache) if batching else None
+        if not batching or obstacle is not None:  # decoded alone, from the cache it already has
+            if obstacle is not None:
+                fallbacks.add(obstacle)
+                if held_back:  # what prefill_example would have run
+                    last_logits = prefill(model, cache, held_back, None, start_position=pressed)
+            token_ids = greedy_decode(
+                model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens
+            )
+            synchronize(model.device)
+            generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
+            largest_batch = max(largest_batch, 1)
+            continue
+        prefilled = prefilled_from_cache(
+            model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back
+        )
+        del cache
+        synchronize(model.device)
+        prefilled.seconds = time.perf_counter() - start
+        row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
+        if pending and pending_bytes + row_bytes > budget:
+            fallbacks.add(
+                f"decode batches cut at {len(pending)} rows to stay within {budget / 2**30:.1f} GiB of caches"
+            )
+            flush()
+            pending_bytes = 0
+        pending.append((index, prefilled))
+        pending_bytes += row_bytes
+        if len(pending) == decode_batch_size:
+            flush()
+            pending_bytes = 0
+    flush()
+    path = DecodePath(decode_batch_size, largest_batch, "; ".join(sorted(fallbacks)) or None)
+    return generations, path
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:

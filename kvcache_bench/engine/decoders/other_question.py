@@ -3,11 +3,161 @@ rest (other_question; same_question with the prompt's own): what a cache reused 
 
 from __future__ import annotations
 
-from kvcache_bench.engine.batched_decode import DecodePath
+import time
+from dataclasses import dataclass
+
+import torch
+
+from kvcache_bench.engine.caches import default_cache, mean_cache_length
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
-from kvcache_bench.engine.other_question import OtherQuestionGroup, generate_other_question
-from kvcache_bench.engine.single_decode import Generation
+from kvcache_bench.engine.greedy import DecodePath, Generation
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import (
+    prefill,
+)
+from kvcache_bench.engine.prefilled import (
+    PrefilledPrompt,
+)
+from kvcache_bench.engine.slot_positions import KeptPositions, context_slots
+from kvcache_bench.engine.static_decode import decode_together
 from kvcache_bench.study.prompts import PromptTokens
+
+
+@dataclass
+class ContextWithoutQuestion:
+    """A context compressed with another question in view, that question's slots removed."""
+
+    keys: list[torch.Tensor]  # per layer [1, kv_heads, width_l, head_dim]; each head's slots right-aligned
+    values: list[torch.Tensor]
+    head_lengths: list[list[int]]  # per layer, per KV head: its real (context) slots
+    context_positions: list[list[list[int]]]  # per layer, per KV head: the context positions those slots hold
+    last_logits: torch.Tensor  # the pass under the press's: replaced by the question's before any token is chosen
+    context_tokens: int
+    pressed_tokens: int  # context + the other question's pressed tokens
+    kept_tokens: float  # mean over layers of slots right after compression, the other question's included
+    kept_context_slots: float  # mean over layers and KV heads of context slots left after the removal
+    seconds: float
+
+
+@torch.inference_mode()
+def compress_with_other_question(
+    model, context_ids: list[int], other_question_ids: list[int], press, make_cache=default_cache
+) -> ContextWithoutQuestion:
+    """Compress ``context_ids + other_question_ids`` under ``press``, then drop every slot of the other question."""
+    from transformers import DynamicCache
+
+    start = time.perf_counter()
+    cache = make_cache()
+    with KeptPositions(model) as tracker:
+        last_logits = prefill(model, cache, context_ids + other_question_ids, press)
+    if type(cache) is not DynamicCache:
+        raise ValueError(f"the other-question mode removes slots from a DynamicCache, not a {type(cache).__name__}")
+    if any(getattr(module, "masked_key_indices", None) is not None for module in model.modules()):
+        raise ValueError("the other-question mode cannot remove slots of a press that masks keys per head")
+    kept = mean_cache_length(cache)
+    positions = tracker.positions(cache)
+    keys, values, head_lengths, context_positions = [], [], [], []
+    for layer, layer_positions in zip(cache.layers, positions):
+        is_context = layer_positions < len(context_ids)  # [kv_heads, kept]
+        lengths = is_context.sum(-1).tolist()
+        width = max(lengths)
+        layer_keys = layer.keys.new_zeros(1, layer.keys.shape[1], width, layer.keys.shape[-1])
+        layer_values = layer.values.new_zeros(1, layer.values.shape[1], width, layer.values.shape[-1])
+        for head, length in enumerate(lengths):
+            slots = is_context[head].nonzero().view(-1)
+            layer_keys[0, head, width - length :] = layer.keys[0, head, slots]
+            layer_values[0, head, width - length :] = layer.values[0, head, slots]
+        keys.append(layer_keys)
+        values.append(layer_values)
+        head_lengths.append(lengths)
+        context_positions.append([layer_positions[head, is_context[head]].tolist() for head in range(len(lengths))])
+    synchronize(model.device)
+    return ContextWithoutQuestion(
+        keys,
+        values,
+        head_lengths,
+        context_positions,
+        last_logits,
+        len(context_ids),
+        len(context_ids) + len(other_question_ids),
+        kept,
+        context_slots(positions, len(context_ids)),
+        time.perf_counter() - start,
+    )
+
+
+def prefilled_question(
+    compressed: ContextWithoutQuestion, question_ids: list[int], share_of_compression: float
+) -> PrefilledPrompt:
+    """This question on the compressed context, to be run by ``decode_together`` at the context's end."""
+    if not question_ids:
+        raise ValueError("the other-question mode needs this example's question tokens: they are what it asks")
+    return PrefilledPrompt(
+        compressed.keys,
+        compressed.values,
+        compressed.last_logits,
+        compressed.context_tokens + len(question_ids),
+        compressed.kept_tokens,
+        compressed.pressed_tokens,
+        share_of_compression,
+        list(question_ids),
+        held_back_start=compressed.context_tokens,
+        head_lengths=compressed.head_lengths,
+    )
+
+
+@dataclass(frozen=True)
+class OtherQuestionGroup:
+    """Questions answered from one compression: one context, one other question in view."""
+
+    context_ids: list[int]
+    other_question_ids: list[int]  # the other question's tokens the press sees
+    questions: list[list[int]]  # each example's question (all of its tokens: none was pressed)
+
+
+@torch.inference_mode()
+def generate_other_question(
+    model,
+    groups: list[OtherQuestionGroup],
+    press,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    decode_batch_size: int,
+    *,
+    min_new_tokens: int = 0,
+    make_cache=default_cache,
+) -> tuple[list[Generation], DecodePath]:
+    """Generations group by group, question by question: each group compressed once,
+    ``decode_batch_size`` rows decoded at a time."""
+    rows: list[tuple[PrefilledPrompt, ContextWithoutQuestion, int]] = []
+    for group in groups:
+        compressed = compress_with_other_question(model, group.context_ids, group.other_question_ids, press, make_cache)
+        share = compressed.seconds / len(group.questions)
+        rows += [
+            (prefilled_question(compressed, question, share), compressed, len(group.questions))
+            for question in group.questions
+        ]
+    generations = []
+    for start in range(0, len(rows), decode_batch_size):
+        batch = rows[start : start + decode_batch_size]
+        started = time.perf_counter()
+        outputs = decode_together(model, [p for p, _, _ in batch], max_new_tokens, stop_ids, min_new_tokens)
+        synchronize(model.device)
+        decode_share = (time.perf_counter() - started) / len(batch)
+        for (p, compressed, questions), token_ids in zip(batch, outputs):
+            generations.append(
+                Generation(
+                    token_ids,
+                    p.prompt_tokens,
+                    p.kept_tokens,
+                    p.seconds + decode_share,
+                    p.pressed_tokens,
+                    questions,
+                    kept_context_slots=compressed.kept_context_slots,
+                )
+            )
+    largest = min(decode_batch_size, len(rows))
+    return generations, DecodePath(decode_batch_size, largest, None)
 
 
 def decode(

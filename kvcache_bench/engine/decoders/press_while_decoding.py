@@ -2,15 +2,79 @@
 
 from __future__ import annotations
 
-from kvcache_bench.engine.batched_decode import DecodePath
+import time
+from collections.abc import Callable
+
+import torch
+
+from kvcache_bench.engine.caches import clear_key_masks, default_cache, mean_cache_length
 from kvcache_bench.engine.decoders import Decoding, at_batch_one
-from kvcache_bench.engine.single_decode import Generation, generate_one_pressing_while_decoding
+from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import (
+    prefill,
+    pressed_and_trailing,
+)
 from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 WHILE_DECODING_FALLBACK = (
     "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: "
     "decoded at batch 1"
 )
+
+
+def presses_while_decoding(press) -> tuple[bool, bool] | None:
+    """(press over the prefill, press over question and decoding) as kvpress's pipeline applies ``press``, for a press
+    that compresses while decoding; None for one that compresses the prompt alone.
+
+    Read from the press's classes, as the pipeline's ``_forward`` reads them: a ``DecodingPress`` (CAMPress among
+    them) prefills the context without the press; a ``PrefillDecodingPress`` and a decoding ``DMSPress`` keep it
+    active for the prefill too."""
+    if press is None:
+        return None
+    from kvpress import DecodingPress, DMSPress, PrefillDecodingPress
+
+    if isinstance(press, DecodingPress):
+        return False, True
+    if isinstance(press, PrefillDecodingPress) or (isinstance(press, DMSPress) and press.decoding):
+        return True, True
+    return None
+
+
+@torch.inference_mode()
+def generate_one_pressing_while_decoding(
+    model,
+    prompt: PromptTokens,
+    press,
+    mode: QuestionMode,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    *,
+    make_cache: Callable[[], object] = default_cache,
+    min_new_tokens: int = 0,
+) -> Generation:
+    """Batch-1 greedy generation with a press that compresses while decoding, as kvpress's pipeline runs it.
+
+    The tokens ``pressed_and_trailing`` gives the press (the context, question-agnostic; context and question but
+    the held-back tail, question-aware) are prefilled, under the press only where the pipeline prefills under it
+    (``presses_while_decoding``); the rest of the prompt (the pipeline's question) and every greedy step then run
+    inside one ``with press(model)``, at the original positions. ``kept_tokens`` is what the cache held after the
+    last step and ``pressed_tokens`` every token that went through it (the prompt and the answer but its last
+    token), so their ratio is the share the press left."""
+    start = time.perf_counter()
+    over_prefill, _ = presses_while_decoding(press)
+    clear_key_masks(model)  # an earlier example's masks (a masking base press) must not hide this one's keys
+    cache = make_cache()
+    pressed_ids, trailing_ids = pressed_and_trailing(prompt, mode)
+    last_logits = prefill(model, cache, pressed_ids, press if over_prefill else None)
+    with press(model):  # not press_context: a prefill press's masks stay, as the pipeline leaves them
+        if trailing_ids:
+            last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
+        generated = greedy_decode(model, cache, last_logits, prompt.length, max_new_tokens, stop_ids, min_new_tokens)
+    synchronize(model.device)
+    held = prompt.length + len(generated) - 1
+    return Generation(generated, prompt.length, mean_cache_length(cache), time.perf_counter() - start, held)
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
-from kvcache_bench.engine.batched_decode import DecodePath
+import time
+from collections.abc import Callable
+
+import torch
+
+from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.decoders import Decoding
 from kvcache_bench.engine.decoders.one_by_one import alone
-from kvcache_bench.engine.single_decode import Generation, generate_shared_context
+from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefill import (
+    prefill_shared_context,
+)
 from kvcache_bench.study.prompts import PromptTokens
 
 
@@ -14,6 +23,36 @@ def fallback(settings: Decoding) -> str | None:
     if settings.decode_batch_size <= 1:
         return None
     return settings.decode_fallback or "quantised cache: decoded at batch 1"
+
+
+@torch.inference_mode()
+def generate_shared_context(
+    model,
+    context_ids: list[int],
+    questions: list[list[int]],
+    press,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    *,
+    make_cache: Callable[[], object] = default_cache,
+    min_new_tokens: int = 0,
+) -> list[Generation]:
+    """Question-agnostic generation: compress ``context_ids`` once, answer every question from that cache.
+
+    After each answer the cache is rolled back to the compressed context, so every question sees
+    exactly what it would see had the context been compressed for it alone. The compression's time
+    is shared equally among the questions.
+    """
+    generations = []
+    prefilled = prefill_shared_context(model, context_ids, questions, press, make_cache)
+    for question_ids, (cache, last_logits, kept, prefill_seconds) in zip(questions, prefilled):
+        started = time.perf_counter()
+        prompt_length = len(context_ids) + len(question_ids)
+        generated = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
+        synchronize(model.device)
+        seconds = prefill_seconds + time.perf_counter() - started
+        generations.append(Generation(generated, prompt_length, kept, seconds, len(context_ids), len(questions)))
+    return generations
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:

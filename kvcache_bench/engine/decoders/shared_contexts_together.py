@@ -2,10 +2,48 @@
 
 from __future__ import annotations
 
-from kvcache_bench.engine.batched_decode import DecodePath, generate_shared_contexts_together
+import time
+
+import torch
+
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
-from kvcache_bench.engine.single_decode import Generation
+from kvcache_bench.engine.greedy import DecodePath, Generation
+from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.prefilled import (
+    PrefilledPrompt,
+    prefilled_shared_context,
+)
+from kvcache_bench.engine.static_decode import decode_together
 from kvcache_bench.study.prompts import PromptTokens
+
+
+@torch.inference_mode()
+def generate_shared_contexts_together(
+    model,
+    groups: list[list[PromptTokens]],
+    press,
+    max_new_tokens: int,
+    stop_ids: set[int],
+    decode_batch_size: int,
+    *,
+    min_new_tokens: int = 0,
+) -> tuple[list[Generation], DecodePath]:
+    """Question-agnostic decode batching: each group's context is compressed once, then every question
+    of every group is decoded together. Generations come back group by group, in question order."""
+    prefilled: list[PrefilledPrompt] = []
+    sizes: list[int] = []
+    for group in groups:
+        prefilled += prefilled_shared_context(model, group[0].context_ids, [p.question_ids for p in group], press)
+        sizes += [len(group)] * len(group)
+    start = time.perf_counter()
+    outputs = decode_together(model, prefilled, max_new_tokens, stop_ids, min_new_tokens)
+    synchronize(model.device)
+    share = (time.perf_counter() - start) / len(prefilled)
+    generations = [
+        Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens, size)
+        for p, token_ids, size in zip(prefilled, outputs, sizes)
+    ]
+    return generations, DecodePath(decode_batch_size, len(prefilled), None)
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:

@@ -17,173 +17,23 @@ then are the compressed caches stacked into one batch cache for greedy decoding:
 
 Greedy token ids equal the batch-1 engine's (``tests/test_batched_decode.py``). Caches that cannot be
 stacked (a quantised cache, a press that masks keys per head) fall back to batch-1 decoding, and the
-``DecodePath`` that goes into every record says so.
+``DecodePath`` that goes into every record says so (``decoders/decode_many.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache
-from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import prefill, prefill_example, prefill_shared_context
-from kvcache_bench.engine.single_decode import Generation, greedy_decode
-from kvcache_bench.study.prompts import PromptTokens
-from kvcache_bench.study.question_modes import QuestionMode
+from kvcache_bench.engine.prefilled import PrefilledPrompt
 
 LAYER_MASKS_KWARG = "kvbench_layer_masks"
+
+
 _ATTENTION_PREFIX = "kvbench_layer_masked_"
-
-
-@dataclass
-class PrefilledPrompt:
-    """One example after its own (compressing) prefill: what decoding needs, detached from any cache object."""
-
-    keys: list[torch.Tensor]  # per layer [1, kv_heads, kept_l, head_dim]
-    values: list[torch.Tensor]
-    last_logits: torch.Tensor  # [1, vocab]: the first generated token's logits (unused when held_back_ids)
-    prompt_tokens: int  # original prompt length: where the RoPE positions of generated tokens start
-    kept_tokens: float  # mean over layers of positions left right after compression
-    pressed_tokens: int  # tokens the press saw
-    seconds: float  # prefill wall time
-    # Prompt tokens after the pressed ones, not yet in ``keys``: decode_together runs them for the whole
-    # batch in one forward before the first generated token (empty: keys hold the whole prompt).
-    held_back_ids: list[int] = field(default_factory=list)
-    # RoPE position of the first held-back token; None: right after the pressed tokens. The other-question
-    # mode presses tokens it then removes, so its question starts at the end of the context instead.
-    held_back_start: int | None = None
-    # Per layer, per KV head: how many of the layer's slots are real (right-aligned), when heads of a layer
-    # keep different counts (the other-question mode removes a question's slots per head); None: all of them.
-    head_lengths: list[list[int]] | None = None
-
-    @property
-    def held_back_position(self) -> int:
-        return self.pressed_tokens if self.held_back_start is None else self.held_back_start
-
-    def slot_lengths(self, layer: int) -> list[int]:
-        """Real slots of each KV head of ``layer`` (one entry for all heads when they agree)."""
-        return self.head_lengths[layer] if self.head_lengths is not None else [self.keys[layer].shape[-2]]
-
-
-@dataclass(frozen=True)
-class DecodePath:
-    """Which decode path produced a record (goes into every prediction record)."""
-
-    decode_batch_size: int  # requested
-    effective_decode_batch_size: int  # largest batch actually decoded together in this cell
-    fallback: str | None  # why some examples were decoded at batch 1, if any
-
-    def record(self) -> dict:
-        return {
-            "decode_batch_size": self.decode_batch_size,
-            "effective_decode_batch_size": self.effective_decode_batch_size,
-            "decode_fallback": self.fallback,
-        }
-
-
-def _stacking_obstacle(model, cache) -> str | None:
-    from transformers import DynamicCache
-
-    if type(cache) is not DynamicCache:
-        return f"{type(cache).__name__} cannot be stacked into a batch"
-    for module in model.modules():
-        if getattr(module, "masked_key_indices", None) is not None:
-            return "the press masks keys per head (kept count differs across heads of a layer)"
-    return None
-
-
-@torch.inference_mode()
-def prefill_prompt(model, prompt: PromptTokens, press, mode: QuestionMode, make_cache=default_cache) -> PrefilledPrompt:
-    """Prefill (and compress) one example alone, in question ``mode``: no other example's tokens reach the press.
-
-    What the press sees in each mode: ``prefill.pressed_and_trailing``. Raises ValueError for a cache that
-    cannot be stacked into a batch.
-    """
-    start = time.perf_counter()
-    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache)
-    prefilled = prefilled_from_cache(
-        model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed
-    )
-    synchronize(model.device)
-    prefilled.seconds = time.perf_counter() - start
-    return prefilled
-
-
-def prefilled_from_cache(
-    model,
-    cache,
-    last_logits,
-    prompt_tokens: int,
-    kept_tokens: float,
-    pressed_tokens: int,
-    *,
-    copy: bool = True,
-    held_back_ids: list[int] | None = None,
-) -> PrefilledPrompt:
-    """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
-
-    Raises ValueError for a cache that cannot be stacked into a batch.
-    """
-    obstacle = _stacking_obstacle(model, cache)
-    if obstacle is not None:
-        raise ValueError(obstacle)
-    keys = [layer.keys.clone() if copy else layer.keys for layer in cache.layers]
-    values = [layer.values.clone() if copy else layer.values for layer in cache.layers]
-    return PrefilledPrompt(
-        keys, values, last_logits.clone(), prompt_tokens, kept_tokens, pressed_tokens, 0.0, list(held_back_ids or [])
-    )
-
-
-def prefilled_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
-    """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``),
-    one snapshot per question."""
-    prefilled = []
-    for question_ids, (cache, logits, kept, seconds) in zip(
-        questions, prefill_shared_context(model, context_ids, questions, press)
-    ):
-        started = time.perf_counter()
-        # a copy: the cache is rolled back for the next question
-        snapshot = prefilled_from_cache(
-            model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids)
-        )
-        synchronize(model.device)
-        snapshot.seconds = seconds + time.perf_counter() - started
-        prefilled.append(snapshot)
-    return prefilled
-
-
-@torch.inference_mode()
-def generate_shared_contexts_together(
-    model,
-    groups: list[list[PromptTokens]],
-    press,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    decode_batch_size: int,
-    *,
-    min_new_tokens: int = 0,
-) -> tuple[list[Generation], DecodePath]:
-    """Question-agnostic decode batching: each group's context is compressed once, then every question
-    of every group is decoded together. Generations come back group by group, in question order."""
-    prefilled: list[PrefilledPrompt] = []
-    sizes: list[int] = []
-    for group in groups:
-        prefilled += prefilled_shared_context(model, group[0].context_ids, [p.question_ids for p in group], press)
-        sizes += [len(group)] * len(group)
-    start = time.perf_counter()
-    outputs = decode_together(model, prefilled, max_new_tokens, stop_ids, min_new_tokens)
-    synchronize(model.device)
-    share = (time.perf_counter() - start) / len(prefilled)
-    generations = [
-        Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens, size)
-        for p, token_ids, size in zip(prefilled, outputs, sizes)
-    ]
-    return generations, DecodePath(decode_batch_size, len(prefilled), None)
 
 
 def _grouped_query_sdpa(module, query, key, value, mask, scaling):
@@ -504,92 +354,3 @@ def decode_memory_budget(device: torch.device) -> float:
     free, _ = torch.cuda.mem_get_info(device)
     cached_by_torch = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return DECODE_MEMORY_SHARE * (free + cached_by_torch)
-
-
-@torch.inference_mode()
-def generate_prefill_one_decode_many(
-    model,
-    prompts: list[PromptTokens],
-    press,
-    mode: QuestionMode,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    decode_batch_size: int,
-    *,
-    min_new_tokens: int = 0,
-    make_cache=default_cache,
-    memory_budget_bytes: float | None = None,
-) -> tuple[list[Generation], DecodePath]:
-    """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
-
-    ``make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
-    An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
-    A batch is decoded early when its compressed caches would pass ``memory_budget_bytes`` (default: see
-    ``decode_memory_budget``), so long prompts decode in smaller batches instead of running out of memory.
-    """
-    if decode_batch_size < 1:
-        raise ValueError(f"decode_batch_size must be >= 1, got {decode_batch_size}")
-    budget = decode_memory_budget(model.device) if memory_budget_bytes is None else memory_budget_bytes
-    pending_bytes = 0
-    generations: list[Generation | None] = [None] * len(prompts)
-    pending: list[tuple[int, PrefilledPrompt]] = []
-    fallbacks: set[str] = set()
-    largest_batch = 0
-
-    def flush():
-        nonlocal largest_batch
-        if not pending:
-            return
-        start = time.perf_counter()
-        outputs = decode_together(model, [p for _, p in pending], max_new_tokens, stop_ids, min_new_tokens)
-        synchronize(model.device)
-        share = (time.perf_counter() - start) / len(pending)
-        for (index, p), token_ids in zip(pending, outputs):
-            generations[index] = Generation(
-                token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens
-            )
-        largest_batch = max(largest_batch, len(pending))
-        pending.clear()
-
-    for index, prompt in enumerate(prompts):
-        start = time.perf_counter()
-        prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
-        batching = decode_batch_size > 1
-        cache, last_logits, kept, pressed = prefill_example(
-            model, prompt, press, mode, make_cache, run_held_back=not batching
-        )
-        held_back = (prompt.context_ids + prompt.question_ids)[pressed:] if batching else []
-        obstacle = _stacking_obstacle(model, cache) if batching else None
-        if not batching or obstacle is not None:  # decoded alone, from the cache it already has
-            if obstacle is not None:
-                fallbacks.add(obstacle)
-                if held_back:  # what prefill_example would have run
-                    last_logits = prefill(model, cache, held_back, None, start_position=pressed)
-            token_ids = greedy_decode(
-                model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens
-            )
-            synchronize(model.device)
-            generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
-            largest_batch = max(largest_batch, 1)
-            continue
-        prefilled = prefilled_from_cache(
-            model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back
-        )
-        del cache
-        synchronize(model.device)
-        prefilled.seconds = time.perf_counter() - start
-        row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
-        if pending and pending_bytes + row_bytes > budget:
-            fallbacks.add(
-                f"decode batches cut at {len(pending)} rows to stay within {budget / 2**30:.1f} GiB of caches"
-            )
-            flush()
-            pending_bytes = 0
-        pending.append((index, prefilled))
-        pending_bytes += row_bytes
-        if len(pending) == decode_batch_size:
-            flush()
-            pending_bytes = 0
-    flush()
-    path = DecodePath(decode_batch_size, largest_batch, "; ".join(sorted(fallbacks)) or None)
-    return generations, path
