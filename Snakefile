@@ -38,6 +38,7 @@ validate(config, "schemas/config.schema.yaml")
 
 
 include: "rules/common.smk"
+include: "rules/checks.smk"
 include: "rules/models.smk"
 include: "rules/data.smk"
 include: "rules/check.smk"
@@ -51,14 +52,16 @@ include: "rules/engines.smk"
 include: "rules/plan.smk"
 include: "rules/train.smk"
 include: "rules/report.smk"
+include: "rules/probes_common.smk"
 include: "rules/probes.smk"
+include: "rules/reference_common.smk"
 include: "rules/reference.smk"
 include: "rules/export.smk"
 include: "rules/needle_common.smk"
 include: "rules/needle.smk"
 
 
-# after every rule is defined: the data's settings are read from the rules that make it
+# after every rule is defined: the data's settings are read from the rules that make it (rules/checks.smk)
 refuse_another_studys_outputs()
 
 

@@ -1,50 +1,36 @@
-# Helpers shared by the rules: the study's cells, paths and per-rule params, computed from the config.
+# Helpers shared by the rules: the study's config made whole, its cells and tables, the targets, and the input
+# functions and params that the rules compute from them. What the workflow prints, raises or locks while Snakemake
+# parses it is in rules/checks.smk; the probes' helpers are in rules/probes_common.smk, the reference runs' in
+# rules/reference_common.smk (as perf's and the needle's: Snakemake's lint keeps functions out of rule files).
 
 import functools
-import glob
-import json
 import os
 import re
 import sys
-from types import SimpleNamespace
 
 sys.path.insert(0, workflow.basedir)
 
-from kvcache_bench.workflow import export_package_path, package_code_hash, wildcards_of
+from kvcache_bench.workflow import export_package_path, package_code_hash
 
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
 # this file again), so the code that ran is the code the manifest's git commit names.
 export_package_path(workflow.basedir)
 
 import yaml
-from pathlib import Path
 
 from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.data.kvpress_datasets import BENCHMARKS as KVPRESS_BENCHMARKS
 from kvcache_bench.study import cells as study
-from kvcache_bench.study.cell_checks import Cell, decode_note, problems_of
+from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
-from kvcache_bench.methods.registry import METHODS, did_you_mean, method_label, retentions_for
+from kvcache_bench.methods.registry import METHODS, did_you_mean, method_label
 from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
-from kvcache_bench.study.config_checks import (
-    StudyConfigError,
-    check_study_config,
-    expand_home_in_paths,
-    lock_holder_warning,
-    remote_code_warning,
-)
+from kvcache_bench.study.config_checks import StudyConfigError, check_study_config, expand_home_in_paths
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
 from kvcache_bench.study.config_files import sort_setting_keys
-from kvcache_bench.study.shared_results import (
-    claim_results_dir,
-    forcerun_in_command_line,
-    foreign_outputs_refusal,
-    gone_intermediates_refusal,
-    record_this_path,
-)
 from kvcache_bench.study.sources import content_of, local_dataset_files, local_model_files, local_tokenizer_files
 
 # Defaults live in the schema only: fill them in once, so the rules never restate one.
@@ -54,7 +40,9 @@ expand_home_in_paths(config)
 # Params hold config values, compared by their repr: one key order, whatever order a config file writes.
 sort_setting_keys(config)
 
-# Inputs that would silently change the measurement are refused here, before any job (dry runs too).
+# The first of the parse-time checks (rules/checks.smk says what each refuses, and why at parse): it runs here,
+# on the config made whole and before any cell is computed from it (an unknown method would otherwise stop the
+# parse in the registry, not with this refusal of every problem at once).
 check_study_config(config, os.getcwd())
 
 SEED = config["seed"]
@@ -101,7 +89,7 @@ def cell_problems(cell):
 
 # The study's cells, each judged once: only accepted cells reach tables and figures. A refused cell is printed
 # before any job and listed, with why, in the tables (not run); when every cell is refused the run stops at parse
-# (refuse_a_study_with_nothing_to_run).
+# (refuse_a_study_with_nothing_to_run, rules/checks.smk).
 STUDY_CELLS, REFUSED_CELLS = study.split_by_check(study.requested_cells(config), cell_problems)
 # ZeroSCROLLS hides its answers (its leaderboard scores them): its cells write predictions, and no score or table row
 SCORED_CELLS = [cell for cell in STUDY_CELLS if cell["task"] not in ANSWERS_HIDDEN]
@@ -189,32 +177,6 @@ def not_run_cells():
     """The refused cells and why, for the tables: a missing cell is listed, never silently absent."""
     typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
     return [dict(target=Cell(**cell).target, problems=cell_problems(cell)) for cell in typed]
-
-
-def decode_notes():
-    """What accepted cells will do other than their names say (a masking press at decode batch 32 decodes alone)."""
-    notes = {}
-    for cell in STUDY_CELLS:
-        decode = int(cell["decode_batch_size"])
-        note = decode_note(cell["method"], parse_time_properties(cell["method"], config), decode)
-        if note:
-            notes[(cell["method"], decode)] = note
-    return list(notes.values())
-
-
-def announce_before_any_job():
-    """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
-    if not workflow.is_main_process:
-        return
-    outcome = "not run (listed in results/tables/summary.md)" if STUDY_CELLS else "nothing runs"
-    refusals = [f"refused target {c['target']}, {outcome}: {'; '.join(c['problems'])}" for c in not_run_cells()]
-    refusals += [f"note: {note}" for note in decode_notes()]
-    warnings = [
-        lock_holder_warning("."),
-        *(remote_code_warning(model, name) for name, model in config["models"].items()),
-    ]
-    for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
-        print(line, file=sys.stderr)
 
 
 # ----------------------------------------------------------------------------- blocks rules share
@@ -331,190 +293,3 @@ def cells_for_table():
 
 def expected_examples_per_cell():
     return [study.expected_examples(config, cell) for cell in SCORED_CELLS]
-
-
-# Params that decide how a job runs, not what it writes: two studies' files are not compared on them
-HOW_NOT_WHAT = ("code", "model_workers")
-
-
-def rule_settings(rule, wildcards):
-    """What a job of ``rule`` records in its manifest's params for these wildcards (wildcards_of + its params,
-    HOW_NOT_WHAT aside), evaluated from the rule's own params so that no second list can drift from them; None
-    when a param needs more than wildcards (the job's own checks remain)."""
-    from snakemake.iocontainers import Wildcards
-
-    try:
-        params = {
-            name: value(Wildcards(fromdict=wildcards)) if callable(value) else value
-            for name, value in rule.params.items()
-        }
-    except Exception:
-        return None
-    return wildcards_of(SimpleNamespace(wildcards=wildcards)) | {
-        name: value for name, value in params.items() if name not in HOW_NOT_WHAT
-    }
-
-
-def expected_generation_settings(cell):
-    """What the generate job of this cell puts in its predictions' manifest: a manifest must agree."""
-    return rule_settings(rules.generate, cell)
-
-
-def expected_data_settings(dataset, task):
-    """The params a manifest of this dataset's rows must agree with, those of the rule that makes them here (a
-    study of other synthetic-data settings once read another study's questions)."""
-    for maker in workflow.rules:
-        if maker.name != "all" and maker.is_producer(f"results/data/{dataset}/{task}.jsonl"):
-            return rule_settings(maker, {"dataset": dataset, "task": task})
-    return None
-
-
-def tabulated_cells(table):
-    """The cells a table's manifest says it tabulated (as sorted JSON), none when it has no manifest."""
-    try:
-        cells = json.loads(Path(f"{table}.manifest.json").read_text())["params"]["cells"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return set()
-    return {json.dumps(cell, sort_keys=True) for cell in cells}
-
-
-def refuse_another_studys_outputs():
-    """Files another directory's run wrote into results/ under other settings are refused at parse, before any
-    job (study.shared_results): the data first, then predictions and the table."""
-    if not workflow.is_main_process:
-        return
-    expected = {}
-    for dataset, task in dict.fromkeys((cell["dataset"], cell["task"]) for cell in STUDY_CELLS):
-        settings = expected_data_settings(dataset, task)
-        if settings is not None:
-            expected[f"results/data/{dataset}/{task}.jsonl"] = settings
-    for cell in STUDY_CELLS:
-        settings = expected_generation_settings(cell)
-        if settings is not None:
-            expected[cell_path("predictions", cell, ".jsonl")] = settings
-    expected["results/tables/summary.csv"] = dict(
-        cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
-    )
-    # the files --forcerun names are remade by this run: the refusal's own remedy
-    forced = forcerun_in_command_line(sys.argv)
-    refusal = foreign_outputs_refusal(expected, forced=forced)
-    if refusal:
-        raise StudyConfigError(refusal)
-    # a file `rm`-ed while what was made from it remains (once this project's own advice): remade only when asked.
-    # The table counts only for the cells it tabulated: a cell added to the study is no file gone.
-    tabulated = tabulated_cells("results/tables/summary.csv")
-    chains = [
-        [
-            f"results/data/{cell['dataset']}/{cell['task']}.jsonl",
-            cell_path("predictions", cell, ".jsonl"),
-            cell_path("scores", cell, ".jsonl"),
-            *(["results/tables/summary.csv"] if json.dumps(typed, sort_keys=True) in tabulated else []),
-        ]
-        for cell, typed in zip(SCORED_CELLS, cells_for_table())
-    ]
-    if refusal := gone_intermediates_refusal(chains, forced):
-        raise StudyConfigError(refusal)
-
-
-def claim_results_before_any_job():
-    """A run that runs jobs (Snakemake calls onstart then only: not for a dry run, --lint or --list) takes
-    results/, refused while a live run of another directory holds it, and adds its path to this directory's
-    (study.shared_results): moved or copied with .snakemake/, the directory still knows its files as its own."""
-    if held := claim_results_dir():
-        raise StudyConfigError(held)
-    record_this_path()
-
-
-def refuse_a_study_with_nothing_to_run():
-    """Every cell refused: no table could say anything, so the run (dry runs too) stops at parse, the refusals
-    printed just above it, rather than exiting 0 with empty tables."""
-    if REFUSED_CELLS and not STUDY_CELLS and workflow.is_main_process:
-        raise StudyConfigError(
-            f"every one of this study's {len(REFUSED_CELLS)} cell(s) is refused (why is printed above), so "
-            "nothing would run: change the config as each refusal says."
-        )
-
-
-announce_before_any_job()
-refuse_a_study_with_nothing_to_run()
-
-
-onstart:
-    claim_results_before_any_job()
-
-
-# ----------------------------------------------------------------------------- probes (rules/probes.smk)
-
-
-def padding_probe_retention(wildcards):
-    """The configured retention for an evicting press; 1.0 for a method that keeps the whole cache."""
-    return retentions_for(wildcards.method, [config["probes"]["padding"]["retention"]])[0]
-
-
-def padding_probe_rows(wildcards):
-    padding = config["probes"]["padding"]
-    return [f"results/data/{dataset}/{padding['task']}.jsonl" for dataset in padding["datasets"]]
-
-
-def padding_probe_reports(wildcards):
-    methods = config["probes"]["padding"]["methods"]
-    return [f"results/probes/padding/{wildcards.task}/{wildcards.model}/{method}.json" for method in methods]
-
-
-def probe_outputs():
-    """What `snakemake probes` makes: nothing unless the config has a probes section."""
-    probes = config.get("probes", {})
-    outputs = []
-    for model in config["models"]:
-        if "attention_sink" in probes:
-            sink = probes["attention_sink"]
-            outputs.append(f"results/probes/{sink['dataset']}/{sink['task']}/{model}/attention_sink.json")
-        if "padding" in probes:
-            padding = probes["padding"]
-            outputs += [
-                f"results/probes/padding/{padding['task']}/{model}/{method}.json" for method in padding["methods"]
-            ]
-            outputs.append(f"results/figures/padding_probe/{padding['task']}/{model}.png")
-    return outputs
-
-
-# ----------------------------------------------------------------------------- reference runs (rules/reference.smk)
-
-
-def reference_outputs():
-    """What `snakemake reference_figures` rebuilds: per committed run, the figures its tables and probes allow."""
-    outputs = []
-    for run_dir in sorted(glob.glob(os.path.join(workflow.basedir, "reference", "*"))):
-        run = os.path.basename(run_dir)
-        tables = os.path.join(run_dir, "tables")
-        if os.path.exists(os.path.join(tables, "summary.csv")):
-            outputs.append(f"results/reference/{run}/figures/quality_vs_retention.png")
-            outputs.append(f"results/reference/{run}/figures/batch_size.png")
-            if os.path.exists(os.path.join(tables, "per_example.csv")):
-                outputs.append(f"results/reference/{run}/figures/paired_scatter.png")
-                if reference_has_question_change(tables):
-                    outputs.append(f"results/reference/{run}/figures/question_change.png")
-            if len(reference_column(tables, "method") - {"full_cache"}) > ALL_IN_COLOUR_UP_TO:
-                outputs.append(f"results/reference/{run}/figures/quality_by_family.png")
-        for model_dir in sorted(glob.glob(os.path.join(run_dir, "probes", "padding", "*", "*"))):
-            task, model = model_dir.split(os.sep)[-2:]
-            outputs.append(f"results/reference/{run}/figures/padding_probe/{task}/{model}.png")
-    return outputs
-
-
-def reference_column(tables, column):
-    """The values of one column of a committed run's summary.csv."""
-    import csv
-
-    with open(os.path.join(tables, "summary.csv")) as handle:
-        return {row[column] for row in csv.DictReader(handle)}
-
-
-def reference_has_question_change(tables):
-    modes = reference_column(tables, "question_mode")
-    return "question_aware" in modes and len(modes) > 1
-
-
-def reference_padding_probe_reports(wildcards):
-    directory = os.path.join("reference", wildcards.run, "probes", "padding", wildcards.task, wildcards.model)
-    return sorted(p for p in glob.glob(os.path.join(directory, "*.json")) if not p.endswith(".manifest.json"))

@@ -1,0 +1,206 @@
+# The checks that run while Snakemake parses the workflow: each prints or refuses before any job, in a dry run
+# (-n) too, so that a study is told what is wrong with it before it spends GPU time; the one lock is taken in
+# onstart. The prints and the refusals 3 and 4 are the main process's only (cluster jobs parse these files again).
+# In the order of the parse:
+#
+# 1. check_study_config (kvcache_bench.study.config_checks: study_config_problems), called in rules/common.smk on
+#    the config made whole, before any cell is computed from it. Refuses (StudyConfigError, "the study config is
+#    refused before any job runs:", every problem listed) what would silently change the measurement or fail
+#    mid-run: method_kwargs under no method's name or setting compression_ratio, an unknown method or a bad custom
+#    press, a model or dataset path that does not exist, a made model's path, a setting filed under a task,
+#    dataset or model the study does not have, an unknown device. At parse: the cells are computed from this
+#    config (an unknown method would stop the parse in the registry instead), and each job would meet it only
+#    mid-run, once per job. Tests: tests/test_bad_inputs.py (test_bad_config_is_named_before_any_job).
+# 2. announce_before_any_job, when this file is included (after rules/common.smk, before the other rules). Prints
+#    (stderr) every refused cell and why ("refused target ..., not run (listed in results/tables/summary.md)", or
+#    "..., nothing runs"), what an accepted cell will do other than its name says ("note: ..."), and a WARNING for
+#    another Snakemake run's locks in this directory and for each model with trust_remote_code. At parse: a dry
+#    run must show them; a job would print them mid-run. Tests: tests/test_bad_inputs.py
+#    (test_bad_config_is_named_before_any_job, test_another_run_holding_the_directory_is_named),
+#    tests/test_workflow.py (test_a_dry_run_says_what_a_masking_press_will_do_before_any_job,
+#    test_eviction_with_batching_is_refused_before_any_job_and_listed_while_valid_targets_complete).
+# 3. refuse_a_study_with_nothing_to_run, just after it. Refuses a study whose every cell is refused ("every one of
+#    this study's N cell(s) is refused"): its tables could say nothing, and the run would exit 0 with empty ones.
+#    At parse, before the other rules are read from an empty study. Tests: tests/test_bad_inputs.py
+#    (test_refused_cells_alone_write_no_table_or_figure).
+# 4. refuse_another_studys_outputs, called by the Snakefile after every rule is defined (the settings a file must
+#    have been made under are read from the rules that make it: rule_settings). Refuses a file in results/ that
+#    another directory's run made under other settings (its data, predictions, the table), then a file removed
+#    while what was made from it remains; each names the --forcerun that remakes it (study.shared_results). At
+#    parse: Snakemake would otherwise reuse the other study's file, or leave the gone one unmade, and a dry run
+#    must say so. Tests: tests/test_inputs_in_dag.py (test_another_studys_predictions_in_results_stop_the_dry_run,
+#    test_another_studys_data_made_under_other_settings_is_refused_first), tests/test_rerun.py
+#    (test_a_removed_prediction_is_named_with_the_command_that_remakes_it_and_its_table,
+#    test_a_cell_added_to_a_finished_study_is_no_file_gone).
+# 5. claim_results_before_any_job, in onstart: not while parsing but when jobs are about to run (Snakemake calls
+#    onstart for a run that runs jobs, not for a dry run, --lint or --list, so these take no claim). Takes
+#    results/ for this run, refused while a live run of another directory holds it, and records this directory's
+#    path (study.shared_results). Tests: tests/test_inputs_in_dag.py
+#    (test_a_run_is_refused_before_any_job_while_another_directorys_run_writes_results,
+#    test_a_second_run_of_another_directory_on_the_same_results_is_refused,
+#    test_a_directory_moved_with_its_records_still_owns_what_it_made_there).
+#
+# Checked at parse elsewhere, where what they judge is read: the Snakefile's config-file checks and its schema
+# validation (before rules/common.smk); highlighted_methods (rules/common.smk), raised when rules/figures.smk's
+# params name a figures.highlight that is no method (tests/test_workflow.py,
+# test_a_highlighted_method_that_is_no_method_is_refused_naming_the_closest); rules/perf_common.smk's refused perf
+# cells (printed) and its perf.engine_comparison errors.
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+from kvcache_bench.study.cell_checks import decode_note
+from kvcache_bench.study.config_checks import StudyConfigError, lock_holder_warning, remote_code_warning
+from kvcache_bench.study.shared_results import (
+    claim_results_dir,
+    forcerun_in_command_line,
+    foreign_outputs_refusal,
+    gone_intermediates_refusal,
+    record_this_path,
+)
+from kvcache_bench.workflow import wildcards_of
+
+# ----------------------------------------------------------------------------- 2, 3: the study's cells
+
+
+def decode_notes():
+    """What accepted cells will do other than their names say (a masking press at decode batch 32 decodes alone)."""
+    notes = {}
+    for cell in STUDY_CELLS:
+        decode = int(cell["decode_batch_size"])
+        note = decode_note(cell["method"], parse_time_properties(cell["method"], config), decode)
+        if note:
+            notes[(cell["method"], decode)] = note
+    return list(notes.values())
+
+
+def announce_before_any_job():
+    """Printed once when the workflow is parsed (dry runs too): what would otherwise surface mid-run."""
+    if not workflow.is_main_process:
+        return
+    outcome = "not run (listed in results/tables/summary.md)" if STUDY_CELLS else "nothing runs"
+    refusals = [f"refused target {c['target']}, {outcome}: {'; '.join(c['problems'])}" for c in not_run_cells()]
+    refusals += [f"note: {note}" for note in decode_notes()]
+    warnings = [
+        lock_holder_warning("."),
+        *(remote_code_warning(model, name) for name, model in config["models"].items()),
+    ]
+    for line in [f"WARNING: {warning}" for warning in warnings if warning] + refusals:
+        print(line, file=sys.stderr)
+
+
+def refuse_a_study_with_nothing_to_run():
+    """Every cell refused: no table could say anything, so the run (dry runs too) stops at parse, the refusals
+    printed just above it, rather than exiting 0 with empty tables."""
+    if REFUSED_CELLS and not STUDY_CELLS and workflow.is_main_process:
+        raise StudyConfigError(
+            f"every one of this study's {len(REFUSED_CELLS)} cell(s) is refused (why is printed above), so "
+            "nothing would run: change the config as each refusal says."
+        )
+
+
+announce_before_any_job()
+refuse_a_study_with_nothing_to_run()
+
+
+# ----------------------------------------------------------------------------- 4: files another run made
+
+
+# Params that decide how a job runs, not what it writes: two studies' files are not compared on them
+HOW_NOT_WHAT = ("code", "model_workers")
+
+
+def rule_settings(rule, wildcards):
+    """What a job of ``rule`` records in its manifest's params for these wildcards (wildcards_of + its params,
+    HOW_NOT_WHAT aside), evaluated from the rule's own params so that no second list can drift from them; None
+    when a param needs more than wildcards (the job's own checks remain)."""
+    from snakemake.iocontainers import Wildcards
+
+    try:
+        params = {
+            name: value(Wildcards(fromdict=wildcards)) if callable(value) else value
+            for name, value in rule.params.items()
+        }
+    except Exception:
+        return None
+    return wildcards_of(SimpleNamespace(wildcards=wildcards)) | {
+        name: value for name, value in params.items() if name not in HOW_NOT_WHAT
+    }
+
+
+def expected_generation_settings(cell):
+    """What the generate job of this cell puts in its predictions' manifest: a manifest must agree."""
+    return rule_settings(rules.generate, cell)
+
+
+def expected_data_settings(dataset, task):
+    """The params a manifest of this dataset's rows must agree with, those of the rule that makes them here (a
+    study of other synthetic-data settings once read another study's questions)."""
+    for maker in workflow.rules:
+        if maker.name != "all" and maker.is_producer(f"results/data/{dataset}/{task}.jsonl"):
+            return rule_settings(maker, {"dataset": dataset, "task": task})
+    return None
+
+
+def tabulated_cells(table):
+    """The cells a table's manifest says it tabulated (as sorted JSON), none when it has no manifest."""
+    try:
+        cells = json.loads(Path(f"{table}.manifest.json").read_text())["params"]["cells"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return {json.dumps(cell, sort_keys=True) for cell in cells}
+
+
+def refuse_another_studys_outputs():
+    """Files another directory's run wrote into results/ under other settings are refused at parse, before any
+    job (study.shared_results): the data first, then predictions and the table."""
+    if not workflow.is_main_process:
+        return
+    expected = {}
+    for dataset, task in dict.fromkeys((cell["dataset"], cell["task"]) for cell in STUDY_CELLS):
+        settings = expected_data_settings(dataset, task)
+        if settings is not None:
+            expected[f"results/data/{dataset}/{task}.jsonl"] = settings
+    for cell in STUDY_CELLS:
+        settings = expected_generation_settings(cell)
+        if settings is not None:
+            expected[cell_path("predictions", cell, ".jsonl")] = settings
+    expected["results/tables/summary.csv"] = dict(
+        cells=cells_for_table(), expected_n=expected_examples_per_cell(), seed=SEED
+    )
+    # the files --forcerun names are remade by this run: the refusal's own remedy
+    forced = forcerun_in_command_line(sys.argv)
+    refusal = foreign_outputs_refusal(expected, forced=forced)
+    if refusal:
+        raise StudyConfigError(refusal)
+    # a file `rm`-ed while what was made from it remains (once this project's own advice): remade only when asked.
+    # The table counts only for the cells it tabulated: a cell added to the study is no file gone.
+    tabulated = tabulated_cells("results/tables/summary.csv")
+    chains = [
+        [
+            f"results/data/{cell['dataset']}/{cell['task']}.jsonl",
+            cell_path("predictions", cell, ".jsonl"),
+            cell_path("scores", cell, ".jsonl"),
+            *(["results/tables/summary.csv"] if json.dumps(typed, sort_keys=True) in tabulated else []),
+        ]
+        for cell, typed in zip(SCORED_CELLS, cells_for_table())
+    ]
+    if refusal := gone_intermediates_refusal(chains, forced):
+        raise StudyConfigError(refusal)
+
+
+# ----------------------------------------------------------------------------- 5: the claim on results/
+
+
+def claim_results_before_any_job():
+    """A run that runs jobs (Snakemake calls onstart then only: not for a dry run, --lint or --list) takes
+    results/, refused while a live run of another directory holds it, and adds its path to this directory's
+    (study.shared_results): moved or copied with .snakemake/, the directory still knows its files as its own."""
+    if held := claim_results_dir():
+        raise StudyConfigError(held)
+    record_this_path()
+
+
+onstart:
+    claim_results_before_any_job()
