@@ -268,8 +268,80 @@ def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: lis
     return [len(p.context_ids) for p in prompts]
 
 
+@dataclass(frozen=True)
+class PreparedCell:
+    """A cell ready to generate: its rows, their prompts, the other questions' tokens, the chunks and the setting."""
+
+    rows: list[dict]
+    prompts: list[PromptTokens]
+    others: list[list[int]] | None  # in the other-question mode, each prompt's other question as the press sees it
+    partner: dict[str, str | None]  # row id -> the id of the question whose slots the press saw and lost
+    chunks: list[list[int]]
+
+
+def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGenerator) -> PreparedCell:
+    """Every prompt of the cell, checked against the model and the press before anything is generated."""
+    partner: dict[str, str | None] = {}
+    if run.mode == QuestionMode.OTHER_QUESTION:
+        rows, partner = rows_with_other_questions(rows, run.seed)
+    elif run.mode == QuestionMode.SAME_QUESTION:
+        partner = {row["_id"]: row["_id"] for row in rows}
+    limit = run.model_settings.max_context_tokens
+    prompts = [
+        build_prompt_tokens(tokenizer, run.task, row["context"], row["input"], limit, row.get("answer_prefix") or "")
+        for row in rows
+    ]
+    vocabulary = generator.model.get_input_embeddings().num_embeddings
+    ids = [str(row.get("_id")) for row in rows]
+    if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
+        raise ValueError(problem)
+    others = other_question_tokens(prompts, rows, partner) if generator.strategy == Strategy.OTHER_QUESTION else None
+    if generator.press is not None and (
+        problem := prompt_length_problem(
+            run.method, run.method_kwargs or {}, pressed_lengths(prompts, generator.mode, others)
+        )
+    ):
+        raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
+    chunks = plan_chunks(
+        generator.strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
+    )
+    return PreparedCell(rows, prompts, others, partner, chunks)
+
+
+def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_seconds: float) -> dict:
+    """The fields every record of the cell shares: how it was generated."""
+    strategy = generator.strategy
+    return {
+        "kv_cache_bits": get_method(run.method, run.custom_methods).kv_cache_bits,
+        "max_context_tokens": run.model_settings.max_context_tokens,
+        "warmup_seconds": warmup_seconds,
+        "decode_steps": decode_mode(generator.model) if strategy in DECODED_TOGETHER else "eager",
+        # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
+        "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
+        "method": run.method,
+        "retention": run.retention,
+        "batch_size": run.batch_size,
+        "question_mode": run.mode.value,
+        "construction": construction,
+    }
+
+
+def generations_in_row_order(generator: CellGenerator, cell: PreparedCell):
+    """(index, generation, decode path) per row in row order, each chunk generated when its first row is reached."""
+    done: dict[int, tuple[Generation, DecodePath]] = {}
+    chunk_of = {index: chunk for chunk in cell.chunks for index in chunk}
+    for index in range(len(cell.rows)):
+        if index not in done:
+            chunk = chunk_of[index]
+            chunk_others = [cell.others[i] for i in chunk] if cell.others is not None else None
+            generations, path = generator.generate([cell.prompts[i] for i in chunk], chunk_others)
+            done.update((i, (generation, path)) for i, generation in zip(chunk, generations))
+        yield index, *done.pop(index)
+
+
 def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = None, progress: bool = True):
-    """Yield one prediction record per row, in row order (the ``generate`` rule's work).
+    """Yield one prediction record per row, in row order (the ``generate`` rule's work): check, prepare, generate
+    with the cell's one decoder (``engine.decoders``), write records.
 
     ``run.batch_size`` > 1 batches the prefill (left padding: full cache and kv_quant only); ``decode_batch_size``
     > 1 prefills and compresses every example alone and decodes that many compressed caches together
@@ -281,89 +353,45 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     """
     from tqdm import tqdm
 
-    task, method, retention, mode, model_settings = run.task, run.method, run.retention, run.mode, run.model_settings
     check_setting(
-        task=task,
-        method=method,
+        task=run.task,
+        method=run.method,
         question_mode=run.question_mode,
-        retention=retention,
+        retention=run.retention,
         batch_size=run.batch_size,
         decode_batch_size=run.decode_batch_size,
         custom_methods=run.custom_methods,
     )
-    partner: dict[str, str | None] = {}
-    if mode == QuestionMode.OTHER_QUESTION:
-        rows, partner = rows_with_other_questions(rows, run.seed)
-    elif mode == QuestionMode.SAME_QUESTION:
-        partner = {row["_id"]: row["_id"] for row in rows}
     torch.manual_seed(run.seed)
     tokenizer, generator = load_cell_generator(run, loaded)
-    model, strategy, device = generator.model, generator.strategy, generator.model.device
+    model = generator.model
     construction = press_construction(generator.press)  # before generating: a press may keep state on itself
-    kv_bits = get_method(method, run.custom_methods).kv_cache_bits
-    slot_bytes, full_slot_bytes = kv_bytes_per_token(model, kv_bits), kv_bytes_per_token(model)
-
-    prompts = [
-        build_prompt_tokens(
-            tokenizer,
-            task,
-            row["context"],
-            row["input"],
-            model_settings.max_context_tokens,
-            row.get("answer_prefix") or "",
+    cell = prepare_cell(rows, run, tokenizer, generator)
+    if generator.strategy == Strategy.PRESS_WHILE_DECODING and (
+        problem := decoding_budget_problem(
+            run.method, construction, run.max_new_tokens, [p.length for p in cell.prompts]
         )
-        for row in rows
-    ]
-    rows_ids = [str(row.get("_id")) for row in rows]
-    if problem := vocabulary_problem(
-        prompts, rows_ids, model.get_input_embeddings().num_embeddings, model_settings.path
-    ):
-        raise ValueError(problem)
-    others = other_question_tokens(prompts, rows, partner) if strategy == Strategy.OTHER_QUESTION else None
-    if generator.press is not None and (
-        problem := prompt_length_problem(
-            method, run.method_kwargs or {}, pressed_lengths(prompts, generator.mode, others)
-        )
-    ):
-        raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
-    if strategy == Strategy.PRESS_WHILE_DECODING and (
-        problem := decoding_budget_problem(method, construction, run.max_new_tokens, [p.length for p in prompts])
     ):
         raise ValueError(problem)  # the check job refused what it could tell without the prompts
-    chunks = plan_chunks(
-        strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
+    warmup_seconds = (
+        warm_up(generator, cell.prompts, cell.others, cell.chunks)
+        if model.device.type == "cuda" and cell.chunks
+        else 0.0
     )
-    warmup_seconds = warm_up(generator, prompts, others, chunks) if device.type == "cuda" and chunks else 0.0
-    setting = {
-        "kv_cache_bits": kv_bits,
-        "max_context_tokens": model_settings.max_context_tokens,
-        "warmup_seconds": warmup_seconds,
-        "decode_steps": decode_mode(model) if strategy in DECODED_TOGETHER else "eager",
-        # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
-        "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
-        "method": method,
-        "retention": retention,
-        "batch_size": run.batch_size,
-        "question_mode": mode.value,
-        "construction": construction,
-    }
-    bar = tqdm(total=len(rows), desc=f"{method}@{retention:.2f}", unit="ex", disable=not progress, mininterval=1.0)
-    done: dict[int, tuple[Generation, DecodePath]] = {}
-    chunk_of = {index: chunk for chunk in chunks for index in chunk}
-    for index, row in enumerate(rows):
-        if index not in done:
-            chunk = chunk_of[index]
-            chunk_others = [others[i] for i in chunk] if others is not None else None
-            generations, path = generator.generate([prompts[i] for i in chunk], chunk_others)
-            done.update((i, (generation, path)) for i, generation in zip(chunk, generations))
-        generation, path = done.pop(index)
-        answer = decode_answer(tokenizer, generation.token_ids)
+    setting = cell_setting(run, generator, construction, warmup_seconds)
+    slot_bytes, full_slot_bytes = kv_bytes_per_token(model, setting["kv_cache_bits"]), kv_bytes_per_token(model)
+    bar = tqdm(
+        total=len(cell.rows), desc=f"{run.method}@{run.retention:.2f}", unit="ex", disable=not progress, mininterval=1.0
+    )
+    for index, generation, path in generations_in_row_order(generator, cell):
+        row = cell.rows[index]
         measured = {
-            "other_question_id": partner.get(row["_id"]),
+            "other_question_id": cell.partner.get(row["_id"]),
             # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
             "kv_bytes_held": round(generation.kept_tokens * slot_bytes),
             "kv_bytes_uncompressed": round(generation.pressed_tokens * full_slot_bytes),
         }
-        yield prediction_record(row, prompts[index], generation, answer, {**setting, **path.record(), **measured})
+        answer = decode_answer(tokenizer, generation.token_ids)
+        yield prediction_record(row, cell.prompts[index], generation, answer, {**setting, **path.record(), **measured})
         bar.update(1)
     bar.close()
