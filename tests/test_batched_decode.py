@@ -12,7 +12,7 @@ from kvcache_bench.engine.decoders import one_by_one as engine
 from kvcache_bench.engine.decoders.decode_many import generate_prefill_one_decode_many
 from kvcache_bench.engine.greedy import DecodePath
 from kvcache_bench.methods.registry import METHODS, attention_implementation_for, build_press
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "resources" / "demo" / "model_config.json"

@@ -18,7 +18,7 @@ from kvcache_bench.canary.settings import TrainSettings, load_settings
 from kvcache_bench.canary.train import Schedule, canary_tokenizer, train_canary
 from kvcache_bench.data.synthetic import make_synthetic_document, synthetic_vocabulary
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_MODEL = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kvcache_bench.engine.decoders import DECODERS, Strategy, in_prompt_order, shared_context_groups
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 
 DECODERS_DIR = Path(__file__).resolve().parents[1] / "kvcache_bench" / "engine" / "decoders"
 

@@ -9,7 +9,7 @@ from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
 from kvcache_bench.engine.decoders.shared_context import generate_shared_context
 from kvcache_bench.engine.prefill import prefill
 from kvcache_bench.methods.registry import build_press, cache_factory_for
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 

@@ -13,7 +13,7 @@ from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 

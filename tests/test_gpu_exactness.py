@@ -13,7 +13,7 @@ from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, build_random_mode
 from kvcache_bench.engine.decoders.decode_many import generate_prefill_one_decode_many
 from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.methods.registry import build_press
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

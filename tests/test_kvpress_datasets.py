@@ -15,7 +15,8 @@ import pytest
 from kvcache_bench.analysis.metrics import length_bucket_means, metric_for, score_example
 from kvcache_bench.data.kvpress_datasets import BENCHMARKS, load_kvpress_rows
 from kvcache_bench.data.longbench import DataRowError, normalise_rows
-from kvcache_bench.study.prompts import MAX_NEW_TOKENS, build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
+from kvcache_bench.study.prompts import MAX_NEW_TOKENS
 
 
 def _write(folder, task, rows, fmt="parquet"):

@@ -12,7 +12,7 @@ import torch
 from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.loading import load_model, load_tokenizer, stop_token_ids
 from kvcache_bench.methods.registry import build_press
-from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 MAX_NEW_TOKENS = 12

@@ -52,7 +52,7 @@ from kvcache_bench.methods.registry import (
     get_method,
 )
 from kvcache_bench.study.cell_checks import Cell, problems_with
-from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -17,7 +17,8 @@ from llama_models.llama3.chat_format import ChatFormat
 from llama_models.llama3.tokenizer import Tokenizer as MetaTokenizer
 
 from kvcache_bench.data.llama3_tokenizer import GENERATION_HEADER, SPECIAL_TOKENS, stop_token_ids
-from kvcache_bench.study.prompts import LONGBENCH_PROMPTS, PROMPTS, RAW_PROMPT_TASKS, build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
+from kvcache_bench.study.prompts import LONGBENCH_PROMPTS, PROMPTS, RAW_PROMPT_TASKS
 
 MAX_CONTEXT_TOKENS = 127_500  # the schema's default: LongBench's budget for 128k-token models
 # Meta's Tokenizer.encode cuts its input every 400,000 characters (a guard against a tiktoken panic);

@@ -173,7 +173,7 @@ def canary():
 def canary_groups(tokenizer, n_documents=3) -> list[OtherQuestionGroup]:
     """Each document's second question pressed as the other question, its first asked."""
     from kvcache_bench.data.synthetic import make_synthetic_rows
-    from kvcache_bench.study.prompts import build_prompt_tokens
+    from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 
     rows = make_synthetic_rows(n_documents, seed=11, min_words=150, max_words=300, questions_per_document=2)
     prompts = [build_prompt_tokens(tokenizer, "synthetic_qa", r["context"], r["input"], 4096) for r in rows]

@@ -19,7 +19,7 @@ from kvcache_bench.perf import plan
 from kvcache_bench.perf import runs as perf
 from kvcache_bench.perf import tables as perf_tables
 from kvcache_bench.study.cell_checks import ConfigCheckError
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 LAYERS, KV_HEADS, HEAD_DIM = 2, 2, 16

@@ -4,13 +4,12 @@ import pytest
 
 from kvcache_bench.data.demo_model import build_word_tokenizer
 from kvcache_bench.data.synthetic import synthetic_vocabulary
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens, extra_stop_ids
 from kvcache_bench.study.prompts import (
     LONGBENCH_MAX_NEW_TOKENS,
     LONGBENCH_PROMPTS,
     PROMPTS,
     RAW_PROMPT_TASKS,
-    build_prompt_tokens,
-    extra_stop_ids,
     max_new_tokens_for,
     split_prompt,
 )
@@ -111,7 +110,7 @@ def test_samsum_also_stops_at_a_newline():
 
 def test_a_token_id_beyond_the_models_vocabulary_is_named_not_an_index_error():
     """A tokenizer of a larger vocabulary than the model's once ended in torch's "index out of range in self"."""
-    from kvcache_bench.study.prompts import PromptTokens, vocabulary_problem
+    from kvcache_bench.study.prompt_tokens import PromptTokens, vocabulary_problem
 
     prompts = [PromptTokens([1, 5, 9], [3]), PromptTokens([2, 700], [4])]
     assert vocabulary_problem(prompts, ["a", "b"], 701, "models/m") is None

@@ -9,14 +9,8 @@ import copy
 
 import pytest
 
-from kvcache_bench.study.prompts import (
-    LONGBENCH_PROMPTS,
-    PROMPTS,
-    RAW_PROMPT_TASKS,
-    RULER_TASKS,
-    build_prompt_tokens,
-    uses_chat_template,
-)
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens, uses_chat_template
+from kvcache_bench.study.prompts import LONGBENCH_PROMPTS, PROMPTS, RAW_PROMPT_TASKS, RULER_TASKS
 
 ARTICLE = (
     "The committee met on Tuesday to review the budget. Dr. Alvarez proposed moving the archive to the "

@@ -13,7 +13,8 @@ from llama_models.llama3.tokenizer import Tokenizer as MetaTokenizer
 from kvcache_bench.data.model_shapes import build_random_model
 from kvcache_bench.data.shaped_model import SHAPES, ShapedModelError, build_shaped_model, shaped_config
 from kvcache_bench.engine.loading import load_model, load_tokenizer, stop_token_ids
-from kvcache_bench.study.prompts import PROMPTS, build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
+from kvcache_bench.study.prompts import PROMPTS
 
 QASPER_LIKE = (
     "Introduction\nLarge language models keep a key-value cache whose size grows with the context. We compare "

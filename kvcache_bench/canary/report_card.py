@@ -118,7 +118,7 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     from kvcache_bench.engine.decoders.padded_batch import padded_batch_answers
     from kvcache_bench.engine.loading import load_for_settings
     from kvcache_bench.methods.registry import build_press
-    from kvcache_bench.study.prompts import build_prompt_tokens
+    from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 
     if setting.question_mode != "question_aware":
         raise ValueError("the padded harness prefills the whole prompt: question-aware only")

@@ -28,13 +28,8 @@ from kvcache_bench.methods.registry import (
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE, check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
-from kvcache_bench.study.prompts import (
-    NEWLINE_STOP_TASKS,
-    PromptTokens,
-    build_prompt_tokens,
-    extra_stop_ids,
-    vocabulary_problem,
-)
+from kvcache_bench.study.prompt_tokens import PromptTokens, build_prompt_tokens, extra_stop_ids, vocabulary_problem
+from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
 log = logging.getLogger(__name__)

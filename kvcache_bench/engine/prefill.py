@@ -19,7 +19,7 @@ from kvcache_bench.engine.caches import (
     mean_cache_length,
 )
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 

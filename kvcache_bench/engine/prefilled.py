@@ -17,7 +17,7 @@ from kvcache_bench.engine.prefill import (
     prefill_example,
     prefill_shared_context,
 )
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 

@@ -23,7 +23,7 @@ from kvcache_bench.engine.loading import stop_token_ids
 from kvcache_bench.engine.prefill import press_context
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.prompts import build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 

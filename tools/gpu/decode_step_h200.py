@@ -30,7 +30,7 @@ from kvcache_bench.engine.prefilled import prefill_prompt  # noqa: E402
 from kvcache_bench.engine.static_decode import decode_together  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 from kvcache_bench.perf.rates import copy_bytes_per_s  # noqa: E402
-from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
+from kvcache_bench.study.prompt_tokens import PromptTokens  # noqa: E402
 
 
 def copy_bandwidth(device: torch.device) -> float | None:

@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 
 import torch  # noqa: E402
 
-from kvcache_bench.study.prompts import PromptTokens  # noqa: E402
+from kvcache_bench.study.prompt_tokens import PromptTokens  # noqa: E402
 
 QUESTION_TOKENS = 32
 

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Protocol
 
 from kvcache_bench.engine.greedy import DecodePath, Generation
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 

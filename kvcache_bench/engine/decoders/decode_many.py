@@ -20,7 +20,7 @@ from kvcache_bench.engine.prefilled import (
     stacking_obstacle,
 )
 from kvcache_bench.engine.static_decode import decode_memory_budget, decode_together
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 

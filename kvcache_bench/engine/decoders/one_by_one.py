@@ -14,7 +14,7 @@ from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import (
     prefill_example,
 )
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 

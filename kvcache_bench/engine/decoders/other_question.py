@@ -20,7 +20,7 @@ from kvcache_bench.engine.prefilled import (
 )
 from kvcache_bench.engine.slot_positions import KeptPositions, context_slots
 from kvcache_bench.engine.static_decode import decode_together
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
 @dataclass

@@ -14,7 +14,7 @@ from kvcache_bench.engine.greedy import DecodePath, Generation, decode_answer
 from kvcache_bench.engine.prefill import (
     press_context,
 )
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
 def left_padded_batch(rows: list[list[int]], pad_token_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:

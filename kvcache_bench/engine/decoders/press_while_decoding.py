@@ -15,7 +15,7 @@ from kvcache_bench.engine.prefill import (
     prefill,
     pressed_and_trailing,
 )
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 WHILE_DECODING_FALLBACK = (

@@ -15,7 +15,7 @@ from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import (
     prefill_shared_context,
 )
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
 def fallback(settings: Decoding) -> str | None:

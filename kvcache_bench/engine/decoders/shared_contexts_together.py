@@ -14,7 +14,7 @@ from kvcache_bench.engine.prefilled import (
     prefilled_shared_context,
 )
 from kvcache_bench.engine.static_decode import decode_together
-from kvcache_bench.study.prompts import PromptTokens
+from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
 @torch.inference_mode()

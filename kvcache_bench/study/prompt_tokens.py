@@ -1,0 +1,176 @@
+"""An example's prompt as token ids, its context part and its question part, tokenised once as LongBench's pred.py.
+
+``study.prompts`` says what each task's prompt is (its template, where the question starts); this module turns
+an example's text into the ids the engine prefills: ``build_prompt_tokens`` truncates an over-long raw prompt
+in its middle as LongBench does, wraps it in the model's chat template where the task uses one, and splits the
+ids where the question begins. In question-aware mode the press sees both parts (but the held-back tail); in
+question-agnostic mode it compresses the context part alone and the question part is appended afterwards.
+Kept apart from the templates because only what tokenises (the engine, the canary, the probes) needs it: the
+study's config checks, the data readers and the scorers read the templates and lengths alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import KW_ONLY, dataclass
+
+from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, RAW_PROMPT_TASKS, split_prompt
+
+
+@dataclass(frozen=True)
+class PromptTokens:
+    context_ids: list[int]  # compressed by the press in every question mode
+    question_ids: list[int]  # seen by the press only in question-aware mode (but its held-back tail)
+    _: KW_ONLY
+    truncated: bool = False
+    # the raw prompt's tokens before truncation (LongBench's count, special tokens included); None: context + question
+    original_tokens: int | None = None
+    chat_template: bool = False
+    # Trailing tokens of question_ids no press ever sees: the chat template's generation suffix (e.g.
+    # "<|im_end|>\n<|im_start|>assistant\n") and RULER's answer prefix. kvpress's pipeline runs them after
+    # compressing; pressed, a press could evict the very header the model answers from.
+    held_back_tokens: int = 0
+
+    def __post_init__(self):
+        if self.original_tokens is None:
+            object.__setattr__(self, "original_tokens", self.length)
+
+    @property
+    def length(self) -> int:
+        return len(self.context_ids) + len(self.question_ids)
+
+
+def uses_chat_template(tokenizer, task: str) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None)) and task not in RAW_PROMPT_TASKS
+
+
+# Marks where the question starts inside the user turn while the chat template renders it; removed after.
+_QUESTION_MARK = "\u2063KVCACHE_BENCH_QUESTION\u2063"
+
+
+def _truncate_like_longbench(tokenizer, context_text: str, question_text: str, max_tokens: int):
+    """LongBench's pred.py: over-long raw prompts keep their first and last max_length/2 tokens, decoded.
+
+    The raw prompt (no chat template) is tokenised with the tokenizer's own special tokens, cut, and
+    decoded (special tokens skipped); the chat template comes afterwards. Returns the (possibly cut)
+    context and question text, whether it was cut, and the raw token count.
+    """
+    raw_text = context_text + question_text
+    encoded = tokenizer(raw_text, add_special_tokens=True, return_offsets_mapping=True)
+    raw_ids = encoded["input_ids"]
+    if len(raw_ids) <= max_tokens:
+        return context_text, question_text, False, len(raw_ids)
+    half = int(max_tokens / 2)
+    head_text = tokenizer.decode(raw_ids[:half], skip_special_tokens=True)
+    tail_ids = raw_ids[-half:]
+    tail_text = tokenizer.decode(tail_ids, skip_special_tokens=True)
+    cut_text = head_text + tail_text
+    question_start = _first_token_ending_after(encoded["offset_mapping"], len(context_text))
+    kept_question = tokenizer.decode(raw_ids[question_start:], skip_special_tokens=True)
+    if question_start >= len(raw_ids) - half and tail_text.endswith(kept_question):
+        boundary = len(cut_text) - len(kept_question)
+    elif question_text and question_text in tail_text:
+        boundary = len(head_text) + tail_text.rindex(question_text)
+    else:  # the question itself was cut: what survives of it is question text all the same
+        boundary = len(head_text)
+    return cut_text[:boundary], cut_text[boundary:], True, len(raw_ids)
+
+
+def _first_token_ending_after(offsets, char_index: int) -> int:
+    """Index of the first token that reaches past ``char_index`` (a token straddling it belongs to what follows)."""
+    return next((i for i, (_, end) in enumerate(offsets) if end > char_index), len(offsets))
+
+
+def _generation_suffix(tokenizer) -> str:
+    """What the chat template appends after the user's words (kvpress finds it the same way)."""
+    separator = "#" * 32
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x" + separator}],
+        add_generation_prompt=True,
+        tokenize=False,
+        enable_thinking=False,
+    )
+    return rendered.split(separator, 1)[1]
+
+
+def build_prompt_tokens(
+    tokenizer, task: str, context: str, question: str, max_context_tokens: int, answer_prefix: str = ""
+) -> PromptTokens:
+    """Tokenise an example once, as a whole, and split the ids where the question begins.
+
+    As LongBench's pred.py: the raw prompt is truncated first (its middle, measured in raw-prompt tokens
+    against ``max_context_tokens``), then wrapped in the model's chat template where the task uses it.
+    Raw prompts are tokenised with the tokenizer's own special tokens (pred.py's ``tokenizer(prompt)``);
+    templated ones without (the template carries them, as kvpress encodes them; pred.py would add a second
+    BOS to a Llama-3 template). The whole prompt is tokenised in one go and the context/question boundary
+    is found on token boundaries, so the ids equal the whole prompt's: a byte-level BPE merges the space of
+    "Question: " into the question's first word, and two separate encodes would not.
+    ``answer_prefix`` (RULER) opens the assistant's turn.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise TypeError(
+            f"{type(tokenizer).__name__} is not a fast tokenizer: token offsets are needed to split the prompt"
+        )
+    context_text, question_text = split_prompt(task, context, question)
+    context_text, question_text, truncated, original = _truncate_like_longbench(
+        tokenizer, context_text, question_text, max_context_tokens
+    )
+    chat = uses_chat_template(tokenizer, task)
+    if chat:
+        rendered = tokenizer.apply_chat_template(
+            [{"role": "user", "content": context_text + _QUESTION_MARK + question_text}],
+            add_generation_prompt=True,
+            tokenize=False,
+            enable_thinking=False,
+        )
+        question_char = rendered.index(_QUESTION_MARK)
+        text = rendered.replace(_QUESTION_MARK, "", 1)
+        suffix = _generation_suffix(tokenizer)
+        if not text.endswith(suffix):
+            raise ValueError(f"the chat template's generation suffix {suffix!r} does not end the rendered prompt")
+        held_back_char = len(text) - len(suffix)
+    else:
+        text, question_char = context_text + question_text, len(context_text)
+        held_back_char = len(text)
+    text += answer_prefix
+    encoded = tokenizer(text, add_special_tokens=not chat, return_offsets_mapping=True)
+    ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
+    question_start = _first_token_ending_after(offsets, question_char)
+    held_back_start = next(
+        (
+            i
+            for i in range(question_start, len(ids))
+            if offsets[i][0] >= held_back_char and offsets[i][1] > offsets[i][0]
+        ),
+        len(ids),
+    )
+    return PromptTokens(
+        ids[:question_start],
+        ids[question_start:],
+        truncated=truncated,
+        original_tokens=original,
+        chat_template=chat,
+        held_back_tokens=len(ids) - held_back_start,
+    )
+
+
+def vocabulary_problem(
+    prompts: list[PromptTokens], ids: list[str], embedding_rows: int, tokenizer_path: str
+) -> str | None:
+    """A prompt token id the model has no embedding for: the tokenizer is not this model's (torch would stop
+    with "IndexError: index out of range in self", naming neither)."""
+    for prompt, example in zip(prompts, ids):
+        largest = max(prompt.context_ids + prompt.question_ids, default=-1)
+        if largest >= embedding_rows:
+            return (
+                f"example {example!r}: its prompt holds token id {largest}, but the model has embeddings for ids "
+                f"0..{embedding_rows - 1} only: the tokenizer in {tokenizer_path!r} is not this model's (a tokenizer "
+                "of a larger vocabulary). Use the tokenizer the model was trained with."
+            )
+    return None
+
+
+def extra_stop_ids(tokenizer, task: str) -> set[int]:
+    """Task-specific stops beyond the model's end-of-turn tokens (LongBench stops samsum at a newline)."""
+    if task in NEWLINE_STOP_TASKS:
+        return set(tokenizer.encode("\n", add_special_tokens=False)[-1:])
+    return set()
