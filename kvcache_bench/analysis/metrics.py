@@ -56,7 +56,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvcache_bench.study.prompts import ANSWERS_HIDDEN  # ZeroSCROLLS: predictions, and no score
+from kvcache_bench.study.prompts import (  # ZeroSCROLLS: predictions, and no score; LongBench-e's task list
+    ANSWERS_HIDDEN,
+    LONGBENCH_E_TASKS,
+)
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCTUATION = frozenset(string.punctuation)
@@ -418,21 +421,6 @@ RULER_TASK_METRICS = {
     "qa_2": "string_match_part",
 }
 NEEDLE_TASK_METRICS = {"needle_in_haystack": "needle_rouge_l"}
-LONGBENCH_E_TASKS = (
-    "qasper",
-    "multifieldqa_en",
-    "hotpotqa",
-    "2wikimqa",
-    "gov_report",
-    "multi_news",
-    "trec",
-    "triviaqa",
-    "samsum",
-    "passage_count",
-    "passage_retrieval_en",
-    "lcc",
-    "repobench-p",
-)
 KVPRESS_LAYOUT_TASK_METRICS = {
     **{f"{task}_e": LONGBENCH_TASK_METRICS[task] for task in LONGBENCH_E_TASKS},
     "longbench_v2": "choice_stated",

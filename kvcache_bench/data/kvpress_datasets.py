@@ -33,23 +33,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from kvcache_bench.study.prompts import LONGBENCH_E_TASKS  # one list for the lengths, these data_dirs and the metrics
+
 log = logging.getLogger(__name__)
 
-LONGBENCH_E_BASES = (
-    "qasper",
-    "multifieldqa_en",
-    "hotpotqa",
-    "2wikimqa",
-    "gov_report",
-    "multi_news",
-    "trec",
-    "triviaqa",
-    "samsum",
-    "passage_count",
-    "passage_retrieval_en",
-    "lcc",
-    "repobench-p",
-)
 INFINITEBENCH_TASKS = (
     "passkey",
     "kv_retrieval",
@@ -89,7 +76,7 @@ class Benchmark:
 
 BENCHMARKS = {
     "longbench_e": Benchmark(
-        "Xnhyacinth/LongBench", {f"{t}_e": f"{t}_e" for t in LONGBENCH_E_BASES}, references="answers"
+        "Xnhyacinth/LongBench", {f"{t}_e": f"{t}_e" for t in LONGBENCH_E_TASKS}, references="answers"
     ),
     "longbench_v2": Benchmark("simonjegou/LongBench-v2", {"longbench_v2": "0shot"}),
     "infinitebench": Benchmark("MaxJeblick/InfiniteBench", {t: t for t in INFINITEBENCH_TASKS}),

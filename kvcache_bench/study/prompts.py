@@ -133,29 +133,31 @@ NEEDLE_TASK = "needle_in_haystack"
 NEEDLE_MAX_NEW_TOKENS = {NEEDLE_TASK: 64}
 NEEDLE_PROMPTS = {NEEDLE_TASK: "{context}{input}"}
 
+# LongBench-e's 13 tasks, by their LongBench names (kvpress's data_dir and the study's task are "<name>_e"). Written
+# once, here, for the three places that list them: this table's lengths, the dataset reader's data_dirs
+# (data/kvpress_datasets.py) and the scorers' metric table (analysis/metrics.py); both of those import study/.
+LONGBENCH_E_TASKS = (
+    "qasper",
+    "multifieldqa_en",
+    "hotpotqa",
+    "2wikimqa",
+    "gov_report",
+    "multi_news",
+    "trec",
+    "triviaqa",
+    "samsum",
+    "passage_count",
+    "passage_retrieval_en",
+    "lcc",
+    "repobench-p",
+)
+
 # kvpress's other datasets in kvpress's layout (kvcache_bench/data/kvpress_datasets.py): the same join. Generation
 # lengths are kvpress's (its create_huggingface_dataset.py scripts: LongBench's + 20 for LongBench-e, 16 for
 # LongBench-v2, InfiniteBench's table, LooGLE's, ZeroSCROLLS'); AIME25's and MATH500's live only in kvpress's hub
 # rows, so 4096 here.
 KVPRESS_LAYOUT_MAX_NEW_TOKENS = {
-    **{
-        f"{task}_e": LONGBENCH_MAX_NEW_TOKENS[task] + 20
-        for task in (
-            "qasper",
-            "multifieldqa_en",
-            "hotpotqa",
-            "2wikimqa",
-            "gov_report",
-            "multi_news",
-            "trec",
-            "triviaqa",
-            "samsum",
-            "passage_count",
-            "passage_retrieval_en",
-            "lcc",
-            "repobench-p",
-        )
-    },
+    **{f"{task}_e": LONGBENCH_MAX_NEW_TOKENS[task] + 20 for task in LONGBENCH_E_TASKS},
     "longbench_v2": 16,
     "passkey": 6,
     "kv_retrieval": 50,
