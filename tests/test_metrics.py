@@ -5,17 +5,19 @@ import pytest
 from kvcache_bench.analysis.metrics import (
     LONGBENCH_TASK_METRICS,
     RULER_TASK_METRICS,
+    metric_for,
+    score_example,
+    score_records,
+    task_score,
+)
+from kvcache_bench.analysis.scorers.longbench import (
     classification_score,
     code_sim_score,
     count_score,
-    metric_for,
     normalize_answer,
     qa_f1_score,
     retrieval_score,
     rouge_l_score,
-    score_example,
-    score_records,
-    task_score,
 )
 
 TREC_CLASSES = ["Abbreviation", "Entity", "Description", "Human being", "Location", "Numeric value"]

@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvcache_bench.analysis.metrics import needle_rouge_l, score_example
+from kvcache_bench.analysis.metrics import score_example
 from kvcache_bench.analysis.needle_heatmap import heatmap_figure, save, score_grid
+from kvcache_bench.analysis.scorers.ruler_needle import needle_rouge_l
 from kvcache_bench.data.needle import CONTEXT_WRAPPER, make_needle_dataset, needle_rows, packaged_essays
 from kvcache_bench.files import read_jsonl
 
