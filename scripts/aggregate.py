@@ -2,8 +2,9 @@
 
 import logging
 
-from kvcache_bench.analysis.aggregate import build_summary, per_example_frame, summary_markdown
+from kvcache_bench.analysis.aggregate import build_summary, per_example_frame
 from kvcache_bench.analysis.measured import flagged_cells
+from kvcache_bench.analysis.summary_markdown import summary_markdown
 from kvcache_bench.files import atomic_path, write_text_atomic
 from kvcache_bench.manifest import require_made_with, verify_against_manifest, write_manifest
 from kvcache_bench.study.cell_checks import Cell

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvcache_bench.analysis.aggregate import bootstrap_mean_ci, build_summary, summary_markdown
+from kvcache_bench.analysis.aggregate import bootstrap_mean_ci, build_summary
+from kvcache_bench.analysis.summary_markdown import summary_markdown
 
 
 def cell(method, retention=0.5, batch_size=1, mode="question_aware", task="qasper", decode=1):
@@ -216,7 +217,7 @@ def test_notes_flag_a_score_that_rises_as_less_is_kept_and_modes_far_apart_point
 def test_the_docs_the_notes_point_to_hold_the_sections_they_name():
     from pathlib import Path
 
-    from kvcache_bench.analysis.aggregate import WHY
+    from kvcache_bench.analysis.summary_markdown import WHY
 
     repo = Path(__file__).resolve().parents[1]
     for why in WHY.values():

@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from kvcache_bench.analysis.aggregate import summary_markdown
 from kvcache_bench.analysis.findings import needle_sentences, padding_sentences, question_change_sentences
+from kvcache_bench.analysis.summary_markdown import summary_markdown
 
 
 def summary_rows():

@@ -106,8 +106,9 @@ MEASURED_CASES = [
 
 @pytest.mark.parametrize("case, retention, kept, prompt_tokens, flag", MEASURED_CASES, ids=[c[0] for c in MEASURED_CASES])
 def test_a_cell_measured_other_than_asked_is_flagged_in_table_and_markdown(tmp_path, case, retention, kept, prompt_tokens, flag):
-    from kvcache_bench.analysis.aggregate import build_summary, summary_markdown
+    from kvcache_bench.analysis.aggregate import build_summary
     from kvcache_bench.analysis.measured import flagged_caption
+    from kvcache_bench.analysis.summary_markdown import summary_markdown
 
     files = [_scores(tmp_path / "full.jsonl", 333, 333, 334, 334), _scores(tmp_path / "cell.jsonl", kept, 333, prompt_tokens, 334)]
     summary = build_summary(files, [_cell("full_cache", 1.0), _cell("snapkv", retention)], n_resamples=50)
@@ -125,8 +126,9 @@ def test_a_cell_measured_other_than_asked_is_flagged_in_table_and_markdown(tmp_p
 
 def test_a_press_that_compresses_while_decoding_is_not_flagged_for_keeping_less_than_the_retention_it_never_asked(tmp_path):
     """Its cells ask retention 1.0 and a budget in tokens (target_size): keeping 64 of 300 is what they asked."""
-    from kvcache_bench.analysis.aggregate import build_summary, summary_markdown
+    from kvcache_bench.analysis.aggregate import build_summary
     from kvcache_bench.analysis.metrics import score_records
+    from kvcache_bench.analysis.summary_markdown import summary_markdown
 
     predictions = [
         {"id": f"r{i}", "prediction": "x", "references": ["x"], "effective_retention": 64 / 300, "truncated": False,
