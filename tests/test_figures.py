@@ -8,10 +8,11 @@ from matplotlib.colors import to_rgb
 
 from kvcache_bench.analysis.figures.batch_size import batch_size_sensitivity
 from kvcache_bench.analysis.figures.paired_scatter import paired_scatter
+from kvcache_bench.analysis.figures.palette import COMPRESSED_METHODS, method_family, method_style
 from kvcache_bench.analysis.figures.quality_by_family import quality_by_family
 from kvcache_bench.analysis.figures.quality_vs_retention import quality_vs_retention
 from kvcache_bench.analysis.figures.question_change import question_change
-from kvcache_bench.analysis.figures.style import COMPRESSED_METHODS, method_family, method_style, save_figure
+from kvcache_bench.analysis.figures.style import save_figure
 from kvcache_bench.analysis.layout import layout_report
 from kvcache_bench.analysis.versus import versus_methods
 from kvcache_bench.methods.registry import METHODS

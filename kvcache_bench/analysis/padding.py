@@ -114,7 +114,8 @@ def padding_figure(table: pd.DataFrame, title: str | None = None, labels: dict[s
     """Left: score change with its interval per method; right: share of the pads each press kept."""
     import matplotlib.pyplot as plt
 
-    from kvcache_bench.analysis.figures.style import STYLE, method_style
+    from kvcache_bench.analysis.figures.palette import method_style
+    from kvcache_bench.analysis.figures.style import STYLE
 
     label = labeller(labels=labels)
     table = table.sort_values("diff", ignore_index=True)

@@ -14,7 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from kvcache_bench.analysis.figures.style import STYLE, method_style, methods_in_order  # noqa: E402
+from kvcache_bench.analysis.figures.palette import method_style, methods_in_order  # noqa: E402
+from kvcache_bench.analysis.figures.style import STYLE  # noqa: E402
 from kvcache_bench.analysis.versus import labeller  # noqa: E402
 from kvcache_bench.perf.tables import require_one_hardware  # noqa: E402
 

@@ -1,5 +1,6 @@
-"""Figures from the study's tables. Each figure is its own function, module, rule and script; ``style`` is what
-they share.
+"""Figures from the study's tables. Each figure is its own function, module, rule and script; what they share is
+``style`` (the 8 pt style, the canvas and its caption, legends, saving), ``palette`` (each method's colour and
+marker), ``cells`` (which cells a figure draws, and their labels) and ``panels`` (a panel's lines and axes).
 
 What a figure draws in colour is the "versus" view (``analysis.versus``): the highlighted methods (your
 press; by default every custom press and the full cache) on the same axes as the study's strongest and the
@@ -10,7 +11,7 @@ Every method keeps one colour and marker in every figure, whatever else the stud
 its family's (and part of a family, ten methods a part), its colour its place among that part's methods in the
 catalogue (Okabe-Ito for a family's first ten, Paul Tol's muted colours for the next ten: distinguishable with
 the common colour-vision deficiencies, and markers so the lines survive greyscale). Full cache is black; a custom
-press takes one of four colours kept for custom presses (``CUSTOM_COLOURS``).
+press takes one of four colours kept for custom presses (``palette.CUSTOM_COLOURS``).
 Incomplete cells (fewer examples than asked for) are never drawn.
 
 Every figure keeps the layout rules of ``analysis.layout`` (no text over text, at most 2,400 px wide, no text

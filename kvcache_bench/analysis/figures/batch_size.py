@@ -8,17 +8,9 @@ import numpy as np
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import BASELINE_METHOD
-from kvcache_bench.analysis.figures.style import (
-    FULL_CACHE_COLOUR,
-    _canvas,
-    _complete,
-    _empty_figure,
-    _group_label,
-    _mode_label,
-    _styled,
-    flagged_lines,
-    setting_label,
-)
+from kvcache_bench.analysis.figures.cells import _complete, _group_label, _mode_label, flagged_lines, setting_label
+from kvcache_bench.analysis.figures.palette import FULL_CACHE_COLOUR
+from kvcache_bench.analysis.figures.style import _canvas, _empty_figure, _styled
 from kvcache_bench.analysis.versus import modes_in_order
 
 

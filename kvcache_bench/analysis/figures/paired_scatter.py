@@ -8,19 +8,9 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD
-from kvcache_bench.analysis.figures.style import (
-    MARKERS,
-    RETENTION_COLOURS,
-    _canvas,
-    _empty_figure,
-    _group_label,
-    _legend,
-    _mode_label,
-    _one_decode_batch,
-    _panel_rows,
-    _styled,
-    methods_in_order,
-)
+from kvcache_bench.analysis.figures.cells import _group_label, _mode_label, _one_decode_batch, _panel_rows
+from kvcache_bench.analysis.figures.palette import MARKERS, RETENTION_COLOURS, methods_in_order
+from kvcache_bench.analysis.figures.style import _canvas, _empty_figure, _legend, _styled
 from kvcache_bench.analysis.versus import STRONGEST, labeller, modes_in_order, versus_methods
 
 

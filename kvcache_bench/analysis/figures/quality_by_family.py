@@ -7,33 +7,35 @@ import math
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD
-from kvcache_bench.analysis.figures.style import (
-    PANEL_COLUMNS,
-    STYLE,
-    _canvas,
+from kvcache_bench.analysis.figures.cells import (
     _complete,
     _constant,
     _constant_note,
-    _draw_line,
     _drawn_retentions,
-    _empty_figure,
-    _fit,
-    _full_cache_reference,
     _group_label,
     _mode_label,
     _n_text,
     _one_decode_batch,
     _panel_rows,
+    flagged_lines,
+)
+from kvcache_bench.analysis.figures.palette import families_of, method_style, methods_in_order
+from kvcache_bench.analysis.figures.panels import (
+    _draw_line,
+    _fit,
+    _full_cache_reference,
     _retention_ticks,
+    point_offsets,
+)
+from kvcache_bench.analysis.figures.style import (
+    PANEL_COLUMNS,
+    STYLE,
+    _canvas,
+    _empty_figure,
     _row_major,
     _styled,
     _text_height,
     _wrap,
-    families_of,
-    flagged_lines,
-    method_style,
-    methods_in_order,
-    point_offsets,
 )
 from kvcache_bench.analysis.versus import by_score, labeller, mean_scores, modes_in_order
 

@@ -7,33 +7,37 @@ import math
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD
+from kvcache_bench.analysis.figures.cells import (
+    _complete,
+    _constant,
+    _constant_note,
+    _drawn_retentions,
+    _mode_label,
+    _n_text,
+    _one_decode_batch,
+    _panel_rows,
+    flagged_lines,
+)
+from kvcache_bench.analysis.figures.palette import method_style
+from kvcache_bench.analysis.figures.panels import (
+    _draw_faint,
+    _draw_line,
+    _faint_handle,
+    _fit,
+    _full_cache_reference,
+    _retention_ticks,
+    point_offsets,
+)
 from kvcache_bench.analysis.figures.style import (
     CHAR_EM,
     FIGURE_WIDTH_MAX,
     STYLE,
     _canvas,
-    _complete,
-    _constant,
-    _constant_note,
-    _draw_faint,
-    _draw_line,
-    _drawn_retentions,
     _empty_figure,
-    _faint_handle,
-    _fit,
-    _full_cache_reference,
     _legend,
     _legend_columns,
-    _mode_label,
-    _n_text,
-    _one_decode_batch,
-    _panel_rows,
-    _retention_ticks,
     _styled,
     _text_height,
-    flagged_lines,
-    method_style,
-    point_offsets,
 )
 from kvcache_bench.analysis.versus import STRONGEST, labeller, modes_in_order, versus_methods
 

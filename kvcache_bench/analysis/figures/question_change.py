@@ -14,32 +14,28 @@ from kvcache_bench.analysis.aggregate import (
     question_change_cost,
     retention_percent,
 )
-from kvcache_bench.analysis.figures.style import (
-    FULL_CACHE_COLOUR,
+from kvcache_bench.analysis.figures.cells import (
     MODE_WORDS,
-    QUESTION_MODE_STYLES,
-    STYLE,
-    _canvas,
     _complete,
     _constant,
     _constant_note,
-    _draw_faint,
-    _draw_line,
-    _empty_figure,
-    _faint_handle,
-    _fit,
     _group_label,
-    _legend,
-    _legend_columns,
     _mode_label,
     _n_text,
     _one_decode_batch,
     _panel_rows,
-    _retention_ticks,
+    flagged_lines,
+)
+from kvcache_bench.analysis.figures.palette import FULL_CACHE_COLOUR, QUESTION_MODE_STYLES, method_style
+from kvcache_bench.analysis.figures.panels import _draw_faint, _draw_line, _faint_handle, _fit, _retention_ticks
+from kvcache_bench.analysis.figures.style import (
+    STYLE,
+    _canvas,
+    _empty_figure,
+    _legend,
+    _legend_columns,
     _styled,
     _text_height,
-    flagged_lines,
-    method_style,
 )
 from kvcache_bench.analysis.versus import STRONGEST, by_score, labeller, modes_in_order, versus_methods
 
