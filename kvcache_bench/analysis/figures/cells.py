@@ -4,12 +4,17 @@ or scored the same on every example."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import pandas as pd
 
-from kvcache_bench.analysis.aggregate import BASELINE_METHOD, retention_percent
+from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD, retention_percent
 from kvcache_bench.analysis.measured import MEASURED_COLUMNS, cell_warnings
-from kvcache_bench.analysis.versus import labeller
+from kvcache_bench.analysis.versus import labeller, modes_in_order
 
+GROUP_COLUMNS = ("dataset", "task", "model")  # a row of panels (or a block): one task of one model
+NO_BATCH_ONE_CELLS = "No complete batch-1 cells to plot."
 MODE_WORDS = {  # what each question mode means, in a legend
     "question_aware": "question-aware (the press saw this question)",
     "question_agnostic": "question-agnostic (no question)",
@@ -103,3 +108,35 @@ def _constant_note(rows: pd.DataFrame, label, what: str) -> str:
         f"{_group_label(dataset, task, model)} · {what}: every cell ({methods}) scored {rows['score'].iloc[0]:g} on "
         "every example: no panel is drawn."
     )
+
+
+class BatchOneCells(NamedTuple):
+    """What ``batch_one_cells`` hands a figure."""
+
+    frame: pd.DataFrame  # the cells drawn: complete, batch 1, the smallest decode batch, flat groups left out
+    label: Callable[[str], str]  # a method's label (the table's, ``labels``, else the catalogue's)
+    modes: list[str]  # the question modes of ``frame``, in reading order
+    groups: list[tuple[str, str, str]]  # the (dataset, task, model) of ``frame``, sorted
+    notes: list[str]  # a caption sentence per group left out for scoring the same everywhere
+
+
+def batch_one_cells(
+    summary: pd.DataFrame, labels: dict[str, str] | None = None, constant_by: tuple[str, ...] = ()
+) -> BatchOneCells:
+    """How the figures of the batch-1 cells (quality against retention, the family appendix, the question change)
+    start: the complete cells of the full cache's batch size at the smallest decode batch, their labeller, modes
+    and groups; grouped by ``constant_by`` (when given), a group whose every cell scored the same on every example
+    is left out, a sentence in ``notes`` instead (a panel of it would show nothing)."""
+    frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
+    label = labeller(summary, labels)
+    notes = []
+    if constant_by and not frame.empty:
+        for _, rows in frame.groupby(list(constant_by)):
+            if _constant(rows):
+                notes.append(
+                    _constant_note(rows, label, ", ".join(map(_mode_label, modes_in_order(rows["question_mode"]))))
+                )
+                frame = frame.drop(rows.index)
+    modes = modes_in_order(frame["question_mode"]) if not frame.empty else []
+    groups = sorted(frame.groupby(list(GROUP_COLUMNS)).groups) if not frame.empty else []
+    return BatchOneCells(frame, label, modes, groups, notes)

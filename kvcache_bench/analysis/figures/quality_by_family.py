@@ -6,17 +6,16 @@ import math
 
 import pandas as pd
 
-from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD
+from kvcache_bench.analysis.aggregate import BASELINE_METHOD
 from kvcache_bench.analysis.figures.cells import (
-    _complete,
-    _constant,
-    _constant_note,
+    GROUP_COLUMNS,
+    NO_BATCH_ONE_CELLS,
     _drawn_retentions,
     _group_label,
     _mode_label,
     _n_text,
-    _one_decode_batch,
     _panel_rows,
+    batch_one_cells,
     flagged_lines,
 )
 from kvcache_bench.analysis.figures.palette import families_of, method_style, methods_in_order
@@ -37,7 +36,7 @@ from kvcache_bench.analysis.figures.style import (
     _text_height,
     _wrap,
 )
-from kvcache_bench.analysis.versus import by_score, labeller, mean_scores, modes_in_order
+from kvcache_bench.analysis.versus import by_score, mean_scores
 
 
 @_styled
@@ -50,19 +49,12 @@ def quality_by_family(
 ):
     """The appendix: every method in colour, one panel per method family (never split), each with the full
     cache and the highlighted methods, a block of panels per dataset/task/model and question mode."""
-    frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
-    if frame.empty:
-        return _empty_figure("No complete batch-1 cells to plot.", title)
-    label = labeller(summary, labels)
-    notes = ["Shading or whiskers: 95% bootstrap interval; each legend in order of mean score."]
-    for (*_, mode), rows in frame.groupby(["dataset", "task", "model", "question_mode"]):
-        if _constant(rows):
-            notes.append(_constant_note(rows, label, _mode_label(mode)))
-            frame = frame.drop(rows.index)
-    if frame.empty:
-        return _empty_figure("\n".join(notes[1:]), title)
-    groups = sorted(frame.groupby(["dataset", "task", "model"]).groups)
-    blocks = [(group, mode) for group in groups for mode in modes_in_order(frame["question_mode"])]
+    # a block of panels with no variation is a sentence instead
+    frame, label, modes, groups, flat = batch_one_cells(summary, labels, constant_by=(*GROUP_COLUMNS, "question_mode"))
+    if frame.empty:  # no cell at batch 1, or every block a sentence
+        return _empty_figure("\n".join(flat) or NO_BATCH_ONE_CELLS, title)
+    notes = ["Shading or whiskers: 95% bootstrap interval; each legend in order of mean score."] + flat
+    blocks = [(group, mode) for group in groups for mode in modes]
     highlighted = [m for m in highlight if m != BASELINE_METHOD and m in set(frame["method"])]
     contents = {}
     for block in blocks:

@@ -6,16 +6,15 @@ import math
 
 import pandas as pd
 
-from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, BASELINE_METHOD
+from kvcache_bench.analysis.aggregate import BASELINE_METHOD
 from kvcache_bench.analysis.figures.cells import (
-    _complete,
-    _constant,
-    _constant_note,
+    GROUP_COLUMNS,
+    NO_BATCH_ONE_CELLS,
     _drawn_retentions,
     _mode_label,
     _n_text,
-    _one_decode_batch,
     _panel_rows,
+    batch_one_cells,
     flagged_lines,
 )
 from kvcache_bench.analysis.figures.palette import method_style
@@ -39,7 +38,7 @@ from kvcache_bench.analysis.figures.style import (
     _styled,
     _text_height,
 )
-from kvcache_bench.analysis.versus import STRONGEST, labeller, modes_in_order, versus_methods
+from kvcache_bench.analysis.versus import STRONGEST, versus_methods
 
 
 @_styled
@@ -58,21 +57,10 @@ def quality_vs_retention(
     one retention); the full cache (batch 1) is a dashed black line with its band. In colour: the versus view
     (``analysis.versus``); the other methods are faint grey lines behind them.
     """
-    frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
-    if frame.empty:
-        return _empty_figure("No complete batch-1 cells to plot.", title)
-    label = labeller(summary, labels)
-    notes = []
-    for _, rows in frame.groupby(["dataset", "task", "model"]):
-        if _constant(rows):  # a row of panels with no variation is a sentence instead
-            notes.append(
-                _constant_note(rows, label, ", ".join(_mode_label(m) for m in modes_in_order(rows["question_mode"])))
-            )
-            frame = frame.drop(rows.index)
-    if frame.empty:
-        return _empty_figure("\n".join(notes), title)
-    groups = sorted(frame.groupby(["dataset", "task", "model"]).groups)
-    modes = modes_in_order(frame["question_mode"])
+    # a row of panels with no variation is a sentence instead
+    frame, label, modes, groups, notes = batch_one_cells(summary, labels, constant_by=GROUP_COLUMNS)
+    if frame.empty:  # no cell at batch 1, or every row a sentence
+        return _empty_figure("\n".join(notes) or NO_BATCH_ONE_CELLS, title)
     coloured, faint = versus_methods(frame, highlight, strongest)
     emphasised = set(highlight) - {BASELINE_METHOD}
     full_label = f"{label(BASELINE_METHOD)} (100% kept, batch 1)"

@@ -16,7 +16,6 @@ from kvcache_bench.analysis.aggregate import (
 )
 from kvcache_bench.analysis.figures.cells import (
     MODE_WORDS,
-    _complete,
     _constant,
     _constant_note,
     _group_label,
@@ -24,6 +23,7 @@ from kvcache_bench.analysis.figures.cells import (
     _n_text,
     _one_decode_batch,
     _panel_rows,
+    batch_one_cells,
     flagged_lines,
 )
 from kvcache_bench.analysis.figures.palette import FULL_CACHE_COLOUR, QUESTION_MODE_STYLES, method_style
@@ -37,7 +37,7 @@ from kvcache_bench.analysis.figures.style import (
     _styled,
     _text_height,
 )
-from kvcache_bench.analysis.versus import STRONGEST, by_score, labeller, modes_in_order, versus_methods
+from kvcache_bench.analysis.versus import STRONGEST, by_score, versus_methods
 
 
 def _question_change_costs(per_example: pd.DataFrame, compared: list[str], seed: int, n_resamples: int) -> pd.DataFrame:
@@ -73,9 +73,8 @@ def question_change(
     bootstrap interval. With several retentions a first block draws those differences against the cache kept,
     one line per method of the versus view (the others faint).
     """
-    frame = _complete(_one_decode_batch(summary[summary["batch_size"] == BASELINE_BATCH_SIZE]))
+    frame, label, modes, *_ = batch_one_cells(summary, labels)  # no cell left out: a flat block is judged per retention
     examples = _one_decode_batch(per_example[per_example["batch_size"] == BASELINE_BATCH_SIZE])
-    modes = modes_in_order(frame["question_mode"]) if not frame.empty else []
     compared = [m for m in modes if m != "question_aware"]
     costs = (
         _question_change_costs(examples, compared, seed, n_resamples)
@@ -84,7 +83,6 @@ def question_change(
     )
     if costs.empty:
         return _empty_figure("No method ran question_aware and another question mode on the same examples.", title)
-    label = labeller(summary, labels)
     compressed = frame[frame["method"] != BASELINE_METHOD]
     blocks, notes = [], []  # (group, retention or None for the lines over retention, height in inches)
     for group in sorted(costs.groupby(["dataset", "task", "model"]).groups):
