@@ -13,10 +13,7 @@ import torch
 
 from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import (
-    prefill_example,
-    prefill_shared_context,
-)
+from kvcache_bench.engine.prefill import prefill_example, prefill_shared_context
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 

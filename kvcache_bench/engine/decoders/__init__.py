@@ -57,6 +57,20 @@ def at_batch_one(settings: Decoding, fallback: str | None = None) -> DecodePath:
     return DecodePath(settings.decode_batch_size, 1, fallback if settings.decode_batch_size > 1 else None)
 
 
+def batch_one(settings: Decoding, prompt: PromptTokens, generate_alone: Callable[..., Generation]) -> Generation:
+    """One prompt through a batch-1 generator (``one_by_one.generate_one``'s signature) with the cell's settings."""
+    return generate_alone(
+        settings.model,
+        prompt,
+        settings.press,
+        settings.mode,
+        settings.max_new_tokens,
+        settings.stop_ids,
+        make_cache=settings.make_cache,
+        min_new_tokens=settings.min_new_tokens,
+    )
+
+
 def shared_context_groups(prompts: list[PromptTokens], others: list[list[int]] | None = None) -> list[list[int]]:
     """Indices of prompts whose press input is identical (their context, and in the other-question mode the
     other question's tokens ``others``), in order of first appearance: each group is compressed once."""

@@ -10,15 +10,8 @@ from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.decoders import Decoding
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import (
-    prefill,
-    prefill_example,
-)
-from kvcache_bench.engine.prefilled import (
-    PrefilledPrompt,
-    prefilled_from_cache,
-    stacking_obstacle,
-)
+from kvcache_bench.engine.prefill import prefill, prefill_example
+from kvcache_bench.engine.prefilled import PrefilledPrompt, prefilled_from_cache, stacking_obstacle
 from kvcache_bench.engine.static_decode import decode_memory_budget, decode_together
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode

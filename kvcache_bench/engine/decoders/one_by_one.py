@@ -8,27 +8,16 @@ from collections.abc import Callable
 import torch
 
 from kvcache_bench.engine.caches import default_cache
-from kvcache_bench.engine.decoders import Decoding, at_batch_one
+from kvcache_bench.engine.decoders import Decoding, at_batch_one, batch_one
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import (
-    prefill_example,
-)
+from kvcache_bench.engine.prefill import prefill_example
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 
 def alone(settings: Decoding, prompt: PromptTokens) -> Generation:
-    return generate_one(
-        settings.model,
-        prompt,
-        settings.press,
-        settings.mode,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        make_cache=settings.make_cache,
-        min_new_tokens=settings.min_new_tokens,
-    )
+    return batch_one(settings, prompt, generate_one)
 
 
 @torch.inference_mode()

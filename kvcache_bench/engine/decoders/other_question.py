@@ -12,12 +12,8 @@ from kvcache_bench.engine.caches import default_cache, mean_cache_length
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
 from kvcache_bench.engine.greedy import DecodePath, Generation
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import (
-    prefill,
-)
-from kvcache_bench.engine.prefilled import (
-    PrefilledPrompt,
-)
+from kvcache_bench.engine.prefill import prefill
+from kvcache_bench.engine.prefilled import PrefilledPrompt
 from kvcache_bench.engine.slot_positions import KeptPositions, context_slots
 from kvcache_bench.engine.static_decode import decode_together
 from kvcache_bench.study.prompt_tokens import PromptTokens

@@ -11,9 +11,7 @@ import torch
 from kvcache_bench.engine.caches import default_cache, mean_cache_length
 from kvcache_bench.engine.decoders import Decoding, at_batch_one
 from kvcache_bench.engine.greedy import DecodePath, Generation, decode_answer
-from kvcache_bench.engine.prefill import (
-    press_context,
-)
+from kvcache_bench.engine.prefill import press_context
 from kvcache_bench.study.prompt_tokens import PromptTokens
 
 

@@ -8,13 +8,10 @@ from collections.abc import Callable
 import torch
 
 from kvcache_bench.engine.caches import clear_key_masks, default_cache, mean_cache_length
-from kvcache_bench.engine.decoders import Decoding, at_batch_one
+from kvcache_bench.engine.decoders import Decoding, at_batch_one, batch_one
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import (
-    prefill,
-    pressed_and_trailing,
-)
+from kvcache_bench.engine.prefill import prefill, pressed_and_trailing
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
@@ -78,17 +75,5 @@ def generate_one_pressing_while_decoding(
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
-    generations = [
-        generate_one_pressing_while_decoding(
-            settings.model,
-            prompt,
-            settings.press,
-            settings.mode,
-            settings.max_new_tokens,
-            settings.stop_ids,
-            make_cache=settings.make_cache,
-            min_new_tokens=settings.min_new_tokens,
-        )
-        for prompt in prompts
-    ]
+    generations = [batch_one(settings, prompt, generate_one_pressing_while_decoding) for prompt in prompts]
     return generations, at_batch_one(settings, WHILE_DECODING_FALLBACK)

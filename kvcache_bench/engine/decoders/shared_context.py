@@ -12,9 +12,7 @@ from kvcache_bench.engine.decoders import Decoding
 from kvcache_bench.engine.decoders.one_by_one import alone
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import (
-    prefill_shared_context,
-)
+from kvcache_bench.engine.prefill import prefill_shared_context
 from kvcache_bench.study.prompt_tokens import PromptTokens
 
 

@@ -9,10 +9,7 @@ import torch
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
 from kvcache_bench.engine.greedy import DecodePath, Generation
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefilled import (
-    PrefilledPrompt,
-    prefilled_shared_context,
-)
+from kvcache_bench.engine.prefilled import PrefilledPrompt, prefilled_shared_context
 from kvcache_bench.engine.static_decode import decode_together
 from kvcache_bench.study.prompt_tokens import PromptTokens
 
