@@ -10,7 +10,7 @@ import torch
 
 from kvcache_bench.engine.decoders import one_by_one as engine
 from kvcache_bench.engine.decoders.decode_many import generate_prefill_one_decode_many
-from kvcache_bench.engine.greedy import DecodePath
+from kvcache_bench.engine.greedy import DecodePath, Decoding
 from kvcache_bench.methods.registry import METHODS, attention_implementation_for, build_press
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
@@ -60,13 +60,11 @@ def press_for(method: str):
 
 def engine_tokens(model, prompts, method, mode, stop_ids=STOP, new_tokens=NEW_TOKENS):
     press = press_for(method)
-    return [engine.generate_one(model, p, press, mode, new_tokens, stop_ids).token_ids for p in prompts]
+    return [engine.generate_one(Decoding(model, press, mode, new_tokens, stop_ids), p).token_ids for p in prompts]
 
 
 def batched(model, prompts, method, mode, decode_batch_size, stop_ids=STOP, new_tokens=NEW_TOKENS):
-    generations, path = generate_prefill_one_decode_many(
-        model, prompts, press_for(method), mode, new_tokens, stop_ids, decode_batch_size
-    )
+    generations, path = generate_prefill_one_decode_many(Decoding(model, press_for(method), mode, new_tokens, stop_ids, decode_batch_size=decode_batch_size), prompts)
     return [g.token_ids for g in generations], path
 
 
@@ -85,7 +83,7 @@ def test_decode_batches_match_the_batch_one_engine(method, mode):
 def test_pyramidkv_layers_of_unequal_length_decode_together():
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
-    generations, path = generate_prefill_one_decode_many(model, prompts, press_for("pyramidkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 8)
+    generations, path = generate_prefill_one_decode_many(Decoding(model, press_for("pyramidkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size=8), prompts)
     from kvcache_bench.engine.prefilled import prefill_prompt
 
     lengths = {tuple(k.shape[-2] for k in prefill_prompt(model, prompts[1], press_for("pyramidkv"), QuestionMode.QUESTION_AWARE).keys)}
@@ -111,8 +109,8 @@ def test_a_press_that_masks_keys_per_head_falls_back_to_batch_one_and_says_so():
 
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts(SHAPES[:3])
-    expected = [engine.generate_one(model, p, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(model, prompts, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 3)
+    expected = [engine.generate_one(Decoding(model, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP), p).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(Decoding(model, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size=3), prompts)
     assert [g.token_ids for g in generations] == expected
     assert path.effective_decode_batch_size == 1
     assert "per head" in path.fallback
@@ -141,7 +139,6 @@ def test_shared_context_compressed_once_decodes_like_each_question_alone(method)
 
 
 def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
-    import inspect
 
     from transformers import QuantizedCache
 
@@ -155,9 +152,7 @@ def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
         return QuantizedCache(backend="quanto", config=model.config, nbits=4, residual_length=16, q_group_size=16)
 
     def run(decode_batch_size):
-        generations, path = generate_prefill_one_decode_many(
-            model, prompts, None, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size, make_cache=make_cache
-        )
+        generations, path = generate_prefill_one_decode_many(Decoding(model, None, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, make_cache=make_cache, decode_batch_size=decode_batch_size), prompts)
         return [g.token_ids for g in generations], path
 
     alone, _ = run(1)
@@ -165,12 +160,10 @@ def test_a_quantized_cache_falls_back_to_batch_one_and_says_so():
     assert tokens == alone
     assert path.effective_decode_batch_size == 1 and "QuantizedCache" in path.fallback
     assert len(made) == 2 * len(prompts), "every example must be prefilled into a cache from make_cache"
-    if "make_cache" in inspect.signature(engine.generate_one).parameters:
-        assert tokens == [engine.generate_one(model, p, None, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, make_cache=make_cache).token_ids for p in prompts]
+    assert tokens == [engine.generate_one(Decoding(model, None, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, make_cache=make_cache), p).token_ids for p in prompts]
 
 
 def test_min_new_tokens_blocks_early_stops_in_every_row():
-    import inspect
 
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
@@ -178,17 +171,14 @@ def test_min_new_tokens_blocks_early_stops_in_every_row():
     stop_ids = {free[0][0], free[2][1]}  # would stop rows 0 and 2 at their first or second token
 
     def run(decode_batch_size):
-        generations, _ = generate_prefill_one_decode_many(
-            model, prompts, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_ids, decode_batch_size, min_new_tokens=3
-        )
+        generations, _ = generate_prefill_one_decode_many(Decoding(model, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_ids, min_new_tokens=3, decode_batch_size=decode_batch_size), prompts)
         return [g.token_ids for g in generations]
 
     alone = run(1)
     assert all(len(t) >= 3 for t in alone) and alone != free
     assert run(4) == alone
-    if "min_new_tokens" in inspect.signature(engine.generate_one).parameters:
-        press = press_for("snapkv")
-        assert alone == [engine.generate_one(model, p, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_ids, min_new_tokens=3).token_ids for p in prompts]
+    press = press_for("snapkv")
+    assert alone == [engine.generate_one(Decoding(model, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, stop_ids, min_new_tokens=3), p).token_ids for p in prompts]
 
 
 def test_grouped_query_decode_attention_equals_repeated_kv_attention():
@@ -240,9 +230,7 @@ def test_a_second_batch_of_the_same_shape_reuses_the_decode_buffers_and_answers_
 def test_a_memory_budget_cuts_decode_batches_without_changing_answers():
     model = demo_shaped_llama("sdpa")
     prompts = random_prompts()
-    generations, path = generate_prefill_one_decode_many(
-        model, prompts, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, 4, memory_budget_bytes=1
-    )
+    generations, path = generate_prefill_one_decode_many(Decoding(model, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size=4, memory_budget_bytes=1), prompts)
     assert [g.token_ids for g in generations] == engine_tokens(model, prompts, "snapkv", QuestionMode.QUESTION_AWARE)
     assert path.effective_decode_batch_size == 1 and "cut at 1 rows" in path.fallback
 

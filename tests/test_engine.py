@@ -7,6 +7,7 @@ import torch
 from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
 from kvcache_bench.engine.decoders.shared_context import generate_shared_context
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.prefill import prefill
 from kvcache_bench.methods.registry import build_press, cache_factory_for
 from kvcache_bench.study.prompt_tokens import PromptTokens
@@ -54,7 +55,7 @@ def test_tokens_after_eviction_continue_at_the_original_prompt_length(model, con
     prompt = PromptTokens(context, questions[0])
     press = build_press("knorm", 0.5)
     with PositionRecorder(model) as recorder:
-        generation = generate_one(model, prompt, press, mode, 5, set())
+        generation = generate_one(Decoding(model, press, mode, 5, set()), prompt)
     pressed = prompt.length - 1 if mode == QuestionMode.QUESTION_AWARE else len(context)
     assert generation.kept_tokens == pressed // 2  # half the pressed tokens really were dropped
     # What the press did not see (the last prompt token, or the question) runs on the compressed cache
@@ -69,15 +70,15 @@ def test_the_first_answer_token_reads_the_compressed_cache(model, context, quest
     from kvcache_bench.engine.prefill import prefill_example
 
     prompt = PromptTokens(context, questions[0])
-    _, full_logits, _, _ = prefill_example(model, prompt, None, QuestionMode.QUESTION_AWARE)
-    _, pressed_logits, kept, pressed = prefill_example(model, prompt, build_press("streaming_llm", 0.1), QuestionMode.QUESTION_AWARE)
-    assert pressed == prompt.length - 1 and kept < prompt.length / 5
-    assert not torch.allclose(full_logits, pressed_logits, atol=1e-4)
+    full = prefill_example(model, prompt, None, QuestionMode.QUESTION_AWARE)
+    pressed = prefill_example(model, prompt, build_press("streaming_llm", 0.1), QuestionMode.QUESTION_AWARE)
+    assert pressed.pressed_tokens == prompt.length - 1 and pressed.kept_tokens < prompt.length / 5
+    assert not torch.allclose(full.last_logits, pressed.last_logits, atol=1e-4)
 
 
 def test_shared_context_answers_continue_at_each_prompts_length(model, context, questions):
     with PositionRecorder(model) as recorder:
-        generate_shared_context(model, context, questions, build_press("streaming_llm", 0.25), 3, set())
+        generate_shared_context(Decoding(model, build_press("streaming_llm", 0.25), QuestionMode.QUESTION_AGNOSTIC, 3, set()), context, questions)
     expected = [list(range(len(context)))]
     for question in questions:
         length = len(context) + len(question)
@@ -103,11 +104,11 @@ def test_compressing_a_shared_context_once_answers_like_compressing_per_question
     if press is not None:
         original = press.compress
         press.compress = lambda *args, **kw: compressions.append(1) or original(*args, **kw)
-    shared = generate_shared_context(model, context, questions, press, 8, STOP_IDS, make_cache=make_cache)
+    shared = generate_shared_context(Decoding(model, press, QuestionMode.QUESTION_AGNOSTIC, 8, STOP_IDS, make_cache=make_cache), context, questions)
     if press is not None:
         assert len(compressions) == model.config.num_hidden_layers  # once per layer, not per question
     separate = [
-        generate_one(model, PromptTokens(context, q), press, QuestionMode.QUESTION_AGNOSTIC, 8, STOP_IDS, make_cache=make_cache)
+        generate_one(Decoding(model, press, QuestionMode.QUESTION_AGNOSTIC, 8, STOP_IDS, make_cache=make_cache), PromptTokens(context, q))
         for q in questions
     ]
     assert [g.token_ids for g in shared] == [g.token_ids for g in separate]
@@ -117,8 +118,8 @@ def test_compressing_a_shared_context_once_answers_like_compressing_per_question
 
 def test_full_cache_batch_of_four_left_padded_equals_batch_one(model):
     prompts = [PromptTokens(random_prompt_ids(n, seed=20 + n), random_prompt_ids(5, seed=n)) for n in (70, 52, 31, 17)]
-    batched = generate_padded_batch(model, prompts, None, 0, 10, STOP_IDS)
-    single = [generate_one(model, p, None, QuestionMode.QUESTION_AWARE, 10, STOP_IDS) for p in prompts]
+    batched = generate_padded_batch(Decoding(model, None, QuestionMode.QUESTION_AWARE, 10, STOP_IDS, pad_token_id=0), prompts)
+    single = [generate_one(Decoding(model, None, QuestionMode.QUESTION_AWARE, 10, STOP_IDS), p) for p in prompts]
     assert [g.token_ids for g in batched] == [g.token_ids for g in single]
     assert all(len(g.token_ids) == 10 for g in single)  # nothing stopped early: every token compared
 
@@ -137,10 +138,10 @@ def test_quantised_cache_changes_the_computation_and_two_bits_more_than_four(mod
 
 
 def test_samsum_style_minimum_forbids_stopping_at_the_first_token(model, context):
-    first = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, set()).token_ids[0]
-    stopped = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, {first})
+    first = generate_one(Decoding(model, None, QuestionMode.QUESTION_AWARE, 4, set()), PromptTokens(context, [])).token_ids[0]
+    stopped = generate_one(Decoding(model, None, QuestionMode.QUESTION_AWARE, 4, {first}), PromptTokens(context, []))
     assert stopped.token_ids == [first]
-    forced = generate_one(model, PromptTokens(context, []), None, QuestionMode.QUESTION_AWARE, 4, {first}, min_new_tokens=1)
+    forced = generate_one(Decoding(model, None, QuestionMode.QUESTION_AWARE, 4, {first}, min_new_tokens=1), PromptTokens(context, []))
     assert forced.token_ids[0] != first
 
 
@@ -150,8 +151,7 @@ def test_a_cell_answers_alike_whatever_masking_cell_ran_before_it_on_the_model(c
     cell decoded through the last cell's masks (an IndexError on a shorter prompt; wrong keys hidden otherwise)."""
     fresh = tiny_llama(vocab_size=256, seed=0)  # not the module's model: this test leaves masks on it
     prompt = PromptTokens(context[:60], questions[0])
-    alone = generate_one(fresh, prompt, build_press("kvcompose", 0.5), QuestionMode.QUESTION_AWARE, 6, set())
-    generate_one(fresh, PromptTokens(context, questions[1]), build_press("kvcompose_unstructured", 0.5),
-                 QuestionMode.QUESTION_AWARE, 6, set())
-    after = generate_one(fresh, prompt, build_press("kvcompose", 0.5), QuestionMode.QUESTION_AWARE, 6, set())
+    alone = generate_one(Decoding(fresh, build_press("kvcompose", 0.5), QuestionMode.QUESTION_AWARE, 6, set()), prompt)
+    generate_one(Decoding(fresh, build_press("kvcompose_unstructured", 0.5), QuestionMode.QUESTION_AWARE, 6, set()), PromptTokens(context, questions[1]))
+    after = generate_one(Decoding(fresh, build_press("kvcompose", 0.5), QuestionMode.QUESTION_AWARE, 6, set()), prompt)
     assert after.token_ids == alone.token_ids and after.kept_tokens == alone.kept_tokens

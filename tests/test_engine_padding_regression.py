@@ -11,6 +11,7 @@ from transformers import DynamicCache
 
 from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell
 from kvcache_bench.study.prompt_tokens import PromptTokens
@@ -40,7 +41,7 @@ def run_batch(model, prompts, press):
         caches.append(DynamicCache())
         return caches[-1]
 
-    generations = generate_padded_batch(model, prompts, press, PAD_ID, NEW_TOKENS, STOP_IDS, make_cache=make_cache)
+    generations = generate_padded_batch(Decoding(model, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP_IDS, make_cache=make_cache, pad_token_id=PAD_ID), prompts)
     return generations, caches[0]
 
 
@@ -55,7 +56,7 @@ def pads_kept(full_cache, cache, kept: int) -> list[int]:
 
 
 def batch_one(model, prompts, press):
-    return [generate_one(model, p, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP_IDS).token_ids for p in prompts]
+    return [generate_one(Decoding(model, press, QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP_IDS), p).token_ids for p in prompts]
 
 
 def test_full_cache_left_padded_batch_matches_batch_one(setting, full_cache_run):

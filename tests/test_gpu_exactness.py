@@ -12,6 +12,7 @@ import torch
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, build_random_model
 from kvcache_bench.engine.decoders.decode_many import generate_prefill_one_decode_many
 from kvcache_bench.engine.decoders.one_by_one import generate_one
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
@@ -36,7 +37,7 @@ def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape():
     torch.backends.cudnn.allow_tf32 = False
     model = build_random_model(LLAMA_31_8B_SHAPE, torch.float32, torch.device("cuda"), seed=0)
     prompts = random_prompts(4, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=3)
-    reference = [generate_one(model, p, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(model, prompts, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), 4)
+    reference = [generate_one(Decoding(model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(Decoding(model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
     assert path.effective_decode_batch_size == 4
     assert [g.token_ids for g in generations] == reference

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from kvcache_bench.engine.decoders.one_by_one import generate_one
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.loading import load_model, load_tokenizer, stop_token_ids
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompt_tokens import build_prompt_tokens
@@ -94,9 +95,7 @@ def test_greedy_ids_equal_kvpress_pipeline(smollm2, kvpress_pipeline, method, re
         assert inputs["context_ids"][0].tolist() == prompt.context_ids
         assert inputs["questions_ids"][0][0].tolist() == prompt.question_ids
 
-    ours = generate_one(
-        model, prompt, build_press(method, retention, seed=0), mode, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer)
-    )
+    ours = generate_one(Decoding(model, build_press(method, retention, seed=0), mode, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer)), prompt)
     assert ours.kept_tokens < ours.pressed_tokens  # the press really evicted
     assert ours.token_ids == theirs, (tokenizer.decode(ours.token_ids), tokenizer.decode(theirs))
 
@@ -105,5 +104,5 @@ def test_full_cache_finds_the_needle(smollm2):
     """The fixture is a real model: with the whole cache it reads the haystack and answers."""
     model, tokenizer = smollm2
     prompt = build_prompt_tokens(tokenizer, "niah_single_1", haystack(14, needle_at=5), QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
-    answer = generate_one(model, prompt, None, QuestionMode.QUESTION_AWARE, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer))
+    answer = generate_one(Decoding(model, None, QuestionMode.QUESTION_AWARE, MAX_NEW_TOKENS, stop_token_ids(model, tokenizer)), prompt)
     assert "lantern" in tokenizer.decode(answer.token_ids)

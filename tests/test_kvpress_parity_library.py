@@ -26,6 +26,7 @@ from test_kvpress_parity import (  # noqa: F401
 
 from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.decoders.press_while_decoding import generate_one_pressing_while_decoding
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.loading import load_model, stop_token_ids
 from kvcache_bench.engine.prefill import pressed_and_trailing
 from kvcache_bench.methods.catalogue import DECODING
@@ -106,7 +107,7 @@ def engine_answer(model, tokenizer, method: str, mode: QuestionMode):
         made.append(factory())
         return made[-1]
 
-    ours = generate_one(model, prompt, fresh_press(method), mode, NEW_TOKENS, stop_token_ids(model, tokenizer), make_cache=recording_cache)
+    ours = generate_one(Decoding(model, fresh_press(method), mode, NEW_TOKENS, stop_token_ids(model, tokenizer), make_cache=recording_cache), prompt)
     return ours, prompt, made[0], what_the_press_did(model, made[0], ours)
 
 
@@ -256,9 +257,7 @@ def test_greedy_ids_equal_kvpress_pipeline_with_the_press_active_while_decoding(
         cache.append(DynamicCache())
         return cache[-1]
 
-    ours = generate_one_pressing_while_decoding(
-        model, prompt, fresh_press(method), mode, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer), make_cache=recording_cache
-    )
+    ours = generate_one_pressing_while_decoding(Decoding(model, fresh_press(method), mode, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer), make_cache=recording_cache), prompt)
     assert_same_tokens_pressed(inputs, prompt, mode)
     through = prompt.length + len(ours.token_ids) - 1
     assert ours.pressed_tokens == through and len(ours.token_ids) > DECODING_BUDGET["compression_interval"]
@@ -280,5 +279,5 @@ def test_a_prefill_decoding_press_compresses_the_prompt_and_while_decoding_as_kv
     model, tokenizer = smollm2
     prompt = build_prompt_tokens(tokenizer, "niah_single_1", CONTEXT, QUESTION, 100_000, answer_prefix=ANSWER_PREFIX)
     theirs, _ = kvpress_answer_ids(kvpress_pipeline, CONTEXT, QUESTION, press(), DECODING_NEW_TOKENS, DynamicCache())
-    ours = generate_one_pressing_while_decoding(model, prompt, press(), AGNOSTIC, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer))
+    ours = generate_one_pressing_while_decoding(Decoding(model, press(), AGNOSTIC, DECODING_NEW_TOKENS, stop_token_ids(model, tokenizer)), prompt)
     assert ours.kept_tokens == 100 < ours.pressed_tokens and ours.token_ids == theirs, tokenizer.decode(ours.token_ids)

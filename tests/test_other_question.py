@@ -16,13 +16,13 @@ from kvcache_bench.engine.decoders.other_question import (
     generate_other_question,
     prefilled_question,
 )
-from kvcache_bench.engine.greedy import greedy_decode
+from kvcache_bench.engine.greedy import Decoding, greedy_decode
 from kvcache_bench.engine.prefill import prefill
 from kvcache_bench.engine.slot_positions import KeptPositions
 from kvcache_bench.engine.static_decode import decode_together
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.question_modes import other_questions
+from kvcache_bench.study.question_modes import QuestionMode, other_questions
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 
 STOP = {2}
@@ -124,8 +124,8 @@ def groups_of_shapes():
 @pytest.mark.parametrize("method", ["knorm", "snapkv", "pyramidkv", "streaming_llm"])
 def test_decode_batches_give_the_ids_of_decode_batch_one(model, method):
     groups = groups_of_shapes()
-    alone, path_one = generate_other_question(model, groups, press_for(method), NEW_TOKENS, STOP, 1)
-    together, path_many = generate_other_question(model, groups, press_for(method), NEW_TOKENS, STOP, 4)
+    alone, path_one = generate_other_question(Decoding(model, press_for(method), QuestionMode.OTHER_QUESTION, NEW_TOKENS, STOP, decode_batch_size=1), groups)
+    together, path_many = generate_other_question(Decoding(model, press_for(method), QuestionMode.OTHER_QUESTION, NEW_TOKENS, STOP, decode_batch_size=4), groups)
     assert [g.token_ids for g in together] == [g.token_ids for g in alone]
     assert path_one.effective_decode_batch_size == 1 and path_many.effective_decode_batch_size == 4
     assert [g.shared_context_questions for g in alone] == [2, 2, 1, 2, 2]
@@ -145,7 +145,7 @@ def test_the_question_runs_where_it_would_in_question_agnostic_mode(model):
     for layer, (keys, values) in enumerate(zip(compressed.keys, compressed.values)):
         cache.update(keys.clone(), values.clone(), layer)
     logits = prefill(model, cache, question, None, start_position=len(group.context_ids))
-    expected = greedy_decode(model, cache, logits, len(group.context_ids) + len(question), NEW_TOKENS, STOP)
+    expected = greedy_decode(Decoding(model, None, QuestionMode.OTHER_QUESTION, NEW_TOKENS, STOP), cache, logits, len(group.context_ids) + len(question))
     assert decode_together(model, [prefilled_question(compressed, question, 0.0)], NEW_TOKENS, STOP) == [expected]
 
 
@@ -200,7 +200,7 @@ def test_heads_of_different_lengths_decode_as_kvpress_masks_them(canary):
                 heads = torch.tensor([h for h, _ in padded], dtype=torch.long)
                 attention[layer].masked_key_indices = (torch.zeros_like(heads), heads, torch.tensor([s for _, s in padded], dtype=torch.long))
             logits = prefill(model, cache, question, None, start_position=len(group.context_ids))
-            expected = greedy_decode(model, cache, logits, len(group.context_ids) + len(question), NEW_TOKENS, STOP)
+            expected = greedy_decode(Decoding(model, None, QuestionMode.OTHER_QUESTION, NEW_TOKENS, STOP), cache, logits, len(group.context_ids) + len(question))
         finally:
             for module in attention:
                 module.masked_key_indices = None

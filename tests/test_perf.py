@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from kvcache_bench.engine.decoders.one_by_one import generate_one
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.perf import hardware as perf_hardware
 from kvcache_bench.perf import plan
@@ -49,7 +50,7 @@ def test_timed_tokens_equal_the_engine_without_stopping(tiny_model, method, rete
     kwargs = {"window_size": 8} if method == "snapkv" else None
     press = build_press(method, retention, kwargs)
     timing = perf.timed_generation(tiny_model, torch.tensor([ids]), press, 12)
-    reference = generate_one(tiny_model, PromptTokens(ids, []), press, QuestionMode.QUESTION_AWARE, 12, stop_ids=set())
+    reference = generate_one(Decoding(tiny_model, press, QuestionMode.QUESTION_AWARE, 12, set()), PromptTokens(ids, []))
     assert timing.token_ids == [reference.token_ids]
     assert timing.generated_tokens == 12 and len(timing.itl_s) == 11
     assert timing.kept_tokens == pytest.approx(reference.kept_tokens)

@@ -116,9 +116,11 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     import torch
 
     from kvcache_bench.engine.decoders.padded_batch import padded_batch_answers
+    from kvcache_bench.engine.greedy import Decoding
     from kvcache_bench.engine.loading import load_for_settings
     from kvcache_bench.methods.registry import build_press
     from kvcache_bench.study.prompt_tokens import build_prompt_tokens
+    from kvcache_bench.study.question_modes import QuestionMode
 
     if setting.question_mode != "question_aware":
         raise ValueError("the padded harness prefills the whole prompt: question-aware only")
@@ -130,9 +132,9 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
         build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens)
         for r in rows
     ]
-    return padded_batch_answers(
-        model, tokenizer, prompts, press, setting.batch_size, tokenizer.pad_token_id, 8, stop_ids
-    )
+    # the harness presses the whole padded prompt, question included: question-aware
+    settings = Decoding(model, press, QuestionMode.QUESTION_AWARE, 8, stop_ids, pad_token_id=tokenizer.pad_token_id)
+    return padded_batch_answers(settings, tokenizer, prompts, setting.batch_size)
 
 
 def canary_report(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +14,7 @@ from kvcache_bench.engine.decoders.press_while_decoding import (
     WHILE_DECODING_FALLBACK,  # noqa: F401  (named by tests and docs)
     presses_while_decoding,
 )
-from kvcache_bench.engine.greedy import DecodePath, Generation, decode_answer
+from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation, decode_answer
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
 from kvcache_bench.engine.static_decode import decode_mode
 from kvcache_bench.methods.registry import (
@@ -109,20 +108,10 @@ def plan_chunks(
 
 @dataclass(frozen=True)
 class CellGenerator:
-    """What every chunk of a cell is generated with: the model, its press and cache, the stops, the strategy."""
+    """What every chunk of a cell is generated with: its ``Decoding`` settings and its one strategy."""
 
-    model: object
-    press: object
-    make_cache: Callable[[], object]
-    mode: QuestionMode
+    decoding: Decoding
     strategy: Strategy
-    max_new_tokens: int
-    stop_ids: set[int]
-    min_new_tokens: int
-    pad_token_id: int
-    decode_batch_size: int
-    # why examples are decoded at batch 1 though the cell asked for more (a press that masks slots)
-    decode_fallback: str | None = None
 
     def generate(
         self, prompts: list[PromptTokens], others: list[list[int]] | None = None
@@ -131,7 +120,7 @@ class CellGenerator:
 
         ``others``: in the other-question mode, the tokens of each prompt's other question the press sees.
         """
-        return DECODERS[self.strategy](self, prompts, others)
+        return DECODERS[self.strategy](self.decoding, prompts, others)
 
 
 def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
@@ -221,19 +210,19 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
         device,
         attention,
     )
-    return tokenizer, CellGenerator(
+    decoding = Decoding(
         model,
         press,
-        cache_factory_for(method, model, run.method_kwargs, custom),
         mode,
-        strategy,
         run.max_new_tokens,
         set(loaded.stop_ids) | extra_stop_ids(tokenizer, run.task),
-        1 if run.task in NEWLINE_STOP_TASKS else 0,
-        tokenizer.pad_token_id or 0,
-        run.decode_batch_size,
-        MASKS_DECODE_ALONE if decode_alone else None,
+        make_cache=cache_factory_for(method, model, run.method_kwargs, custom),
+        min_new_tokens=1 if run.task in NEWLINE_STOP_TASKS else 0,
+        pad_token_id=tokenizer.pad_token_id or 0,
+        decode_batch_size=run.decode_batch_size,
+        decode_fallback=MASKS_DECODE_ALONE if decode_alone else None,
     )
+    return tokenizer, CellGenerator(decoding, strategy)
 
 
 def warm_up(
@@ -247,7 +236,7 @@ def warm_up(
     started = time.perf_counter()
     first, size = chunks[0][0], len(chunks[0])
     generator.generate([prompts[first]] * size, others and [others[first]] * size)
-    synchronize(generator.model.device)
+    synchronize(generator.decoding.model.device)
     seconds = time.perf_counter() - started
     log.info("warm-up (unmeasured): %.2fs", seconds)
     return seconds
@@ -286,14 +275,14 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
         build_prompt_tokens(tokenizer, run.task, row["context"], row["input"], limit, row.get("answer_prefix") or "")
         for row in rows
     ]
-    vocabulary = generator.model.get_input_embeddings().num_embeddings
+    vocabulary = generator.decoding.model.get_input_embeddings().num_embeddings
     ids = [str(row.get("_id")) for row in rows]
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
         raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if generator.strategy == Strategy.OTHER_QUESTION else None
-    if generator.press is not None and (
+    if generator.decoding.press is not None and (
         problem := prompt_length_problem(
-            run.method, run.method_kwargs or {}, pressed_lengths(prompts, generator.mode, others)
+            run.method, run.method_kwargs or {}, pressed_lengths(prompts, generator.decoding.mode, others)
         )
     ):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
@@ -310,7 +299,7 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
         "kv_cache_bits": get_method(run.method, run.custom_methods).kv_cache_bits,
         "max_context_tokens": run.model_settings.max_context_tokens,
         "warmup_seconds": warmup_seconds,
-        "decode_steps": decode_mode(generator.model) if strategy in DECODED_TOGETHER else "eager",
+        "decode_steps": decode_mode(generator.decoding.model) if strategy in DECODED_TOGETHER else "eager",
         # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
         "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
         "method": run.method,
@@ -359,8 +348,8 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     )
     torch.manual_seed(run.seed)
     tokenizer, generator = load_cell_generator(run, loaded)
-    model = generator.model
-    construction = press_construction(generator.press)  # before generating: a press may keep state on itself
+    model = generator.decoding.model
+    construction = press_construction(generator.decoding.press)  # before generating: a press may keep state on itself
     cell = prepare_cell(rows, run, tokenizer, generator)
     if generator.strategy == Strategy.PRESS_WHILE_DECODING and (
         problem := decoding_budget_problem(

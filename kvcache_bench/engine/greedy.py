@@ -9,16 +9,42 @@ Rules that keep the numbers about the method rather than the harness:
     eviction with batch size > 1); with padding, positions come from the attention mask.
 
 Module map of the engine, each importing only those above it: ``loading`` (devices, models, stop tokens),
-``caches``, ``prefill`` (one example's or one context's prefill), ``greedy`` (batch-1 decoding),
+``caches``, ``prefill`` (one example's or one context's prefill), ``greedy`` (a cell's ``Decoding`` settings,
+batch-1 decoding),
 ``prefilled`` (a compressed cache snapshot to stack), ``static_decode`` (stacked caches decoded together),
 ``decoders/`` (one file per strategy), ``cell_runner`` (one study cell: the generate rule's work).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from kvcache_bench.engine.caches import default_cache
+from kvcache_bench.study.question_modes import QuestionMode
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How every example of a cell is prefilled and decoded: what each decoder (``engine.decoders``) takes.
+
+    One object rather than the same ten arguments through every strategy, so a setting added here reaches all of
+    them; ``engine.cell_runner`` builds it once per cell from its ``CellRun``."""
+
+    model: object
+    press: object  # a kvpress press, or None for the full cache
+    mode: QuestionMode
+    max_new_tokens: int
+    stop_ids: set[int]
+    make_cache: Callable[[], object] = default_cache  # each example's empty cache (e.g. a QuantizedCache)
+    min_new_tokens: int = 0  # stop tokens forbidden before this many (LongBench's min_length for samsum)
+    pad_token_id: int = 0  # the padded batch's pad (methods that keep every token only)
+    decode_batch_size: int = 1  # rows decoded together, as the cell asked
+    decode_fallback: str | None = None  # why examples are decoded at batch 1 though the cell asked for more
+    # a decode batch is cut early when its caches would pass this many bytes (None: ``decode_memory_budget``)
+    memory_budget_bytes: float | None = None
 
 
 @dataclass
@@ -48,13 +74,17 @@ class DecodePath:
         }
 
 
-def greedy_decode(
-    model, cache, last_logits, next_position: int, max_new_tokens: int, stop_ids: set[int], min_new_tokens: int = 0
-) -> list[int]:
+def greedy_decode(settings: Decoding, cache, last_logits, next_position: int) -> list[int]:
     """Greedy tokens until a stop token or the length limit; token k sits at RoPE position next_position + k.
 
-    ``min_new_tokens`` forbids stop tokens before that many tokens (LongBench's min_length for samsum).
+    ``settings.min_new_tokens`` forbids stop tokens before that many tokens (LongBench's min_length for samsum).
     """
+    model, max_new_tokens, stop_ids, min_new_tokens = (
+        settings.model,
+        settings.max_new_tokens,
+        settings.stop_ids,
+        settings.min_new_tokens,
+    )
     generated: list[int] = []
     logits = last_logits
     position = next_position

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -21,6 +22,18 @@ from kvcache_bench.engine.caches import (
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
+
+
+@dataclass
+class Prefill:
+    """One prompt after its prefill: the cache, the logits its first answer token is chosen from, and what the press
+    kept and saw."""
+
+    cache: object
+    last_logits: torch.Tensor  # [1, vocab]
+    kept_tokens: float  # mean over layers of positions left in the cache right after compression
+    pressed_tokens: int  # tokens the press saw
+    seconds: float = 0.0  # set where the prefill is timed on its own (a shared context's share included)
 
 
 def press_context(press, model):
@@ -78,7 +91,7 @@ def pressed_and_trailing(prompt: PromptTokens, mode: QuestionMode) -> tuple[list
 def prefill_example(
     model, prompt: PromptTokens, press, mode: QuestionMode, make_cache=default_cache, *, run_held_back: bool = True
 ):
-    """One example's prefill, compressing with ``press``: (cache, last logits, kept tokens, pressed tokens).
+    """One example's prefill, compressing with ``press``.
 
     ``run_held_back=False`` stops after the pass under the press (its logits come back, and the tokens
     it did not see are the prompt's tokens after ``pressed tokens``): batched decoding runs them for a
@@ -96,13 +109,13 @@ def prefill_example(
     kept = mean_cache_length(cache)
     if trailing_ids and run_held_back:
         last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
-    return cache, last_logits, kept, len(pressed_ids)
+    return Prefill(cache, last_logits, kept, len(pressed_ids))
 
 
 @torch.inference_mode()
 def prefill_shared_context(model, context_ids: list[int], questions: list[list[int]], press, make_cache=default_cache):
-    """Question-agnostic prefill: compress ``context_ids`` once, then, question by question, yield
-    (cache, last logits, kept tokens, seconds) with that question appended at its original positions.
+    """Question-agnostic prefill: compress ``context_ids`` once, then, question by question, yield its ``Prefill``
+    with that question appended at its original positions.
 
     Before the next question the cache is rolled back to the compressed context, so every question sees
     exactly what compressing the context for it alone would give: use (or copy) the cache before asking
@@ -125,4 +138,4 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
             else context_logits
         )
         synchronize(model.device)
-        yield cache, last_logits, kept, compress_seconds + time.perf_counter() - started
+        yield Prefill(cache, last_logits, kept, len(context_ids), compress_seconds + time.perf_counter() - started)

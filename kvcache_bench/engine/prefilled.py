@@ -13,7 +13,7 @@ import torch
 
 from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import prefill_example, prefill_shared_context
+from kvcache_bench.engine.prefill import Prefill, prefill_example, prefill_shared_context
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
@@ -67,37 +67,35 @@ def prefill_prompt(model, prompt: PromptTokens, press, mode: QuestionMode, make_
     cannot be stacked into a batch.
     """
     start = time.perf_counter()
-    cache, last_logits, kept, pressed = prefill_example(model, prompt, press, mode, make_cache)
-    prefilled = prefilled_from_cache(
-        model, cache, last_logits, len(prompt.context_ids) + len(prompt.question_ids), kept, pressed
-    )
+    prefilled = prefilled_from_cache(model, prefill_example(model, prompt, press, mode, make_cache), prompt.length)
     synchronize(model.device)
     prefilled.seconds = time.perf_counter() - start
     return prefilled
 
 
 def prefilled_from_cache(
-    model,
-    cache,
-    last_logits,
-    prompt_tokens: int,
-    kept_tokens: float,
-    pressed_tokens: int,
-    *,
-    copy: bool = True,
-    held_back_ids: list[int] | None = None,
+    model, done: Prefill, prompt_tokens: int, *, copy: bool = True, held_back_ids: list[int] | None = None
 ) -> PrefilledPrompt:
-    """Snapshot a prefilled batch-1 cache; ``copy`` when the cache lives on (a shared context rolled back next).
+    """Snapshot a prefilled batch-1 cache (``done``, of a prompt of ``prompt_tokens``); ``copy`` when the cache
+    lives on (a shared context rolled back next).
 
     Raises ValueError for a cache that cannot be stacked into a batch.
     """
-    obstacle = stacking_obstacle(model, cache)
+    obstacle = stacking_obstacle(model, done.cache)
     if obstacle is not None:
         raise ValueError(obstacle)
-    keys = [layer.keys.clone() if copy else layer.keys for layer in cache.layers]
-    values = [layer.values.clone() if copy else layer.values for layer in cache.layers]
+    layers = done.cache.layers
+    keys = [layer.keys.clone() if copy else layer.keys for layer in layers]
+    values = [layer.values.clone() if copy else layer.values for layer in layers]
     return PrefilledPrompt(
-        keys, values, last_logits.clone(), prompt_tokens, kept_tokens, pressed_tokens, 0.0, list(held_back_ids or [])
+        keys,
+        values,
+        done.last_logits.clone(),
+        prompt_tokens,
+        done.kept_tokens,
+        done.pressed_tokens,
+        0.0,
+        list(held_back_ids or []),
     )
 
 
@@ -105,15 +103,11 @@ def prefilled_shared_context(model, context_ids: list[int], questions: list[list
     """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``),
     one snapshot per question."""
     prefilled = []
-    for question_ids, (cache, logits, kept, seconds) in zip(
-        questions, prefill_shared_context(model, context_ids, questions, press)
-    ):
+    for question_ids, done in zip(questions, prefill_shared_context(model, context_ids, questions, press)):
         started = time.perf_counter()
         # a copy: the cache is rolled back for the next question
-        snapshot = prefilled_from_cache(
-            model, cache, logits, len(context_ids) + len(question_ids), kept, len(context_ids)
-        )
+        snapshot = prefilled_from_cache(model, done, len(context_ids) + len(question_ids))
         synchronize(model.device)
-        snapshot.seconds = seconds + time.perf_counter() - started
+        snapshot.seconds = done.seconds + time.perf_counter() - started
         prefilled.append(snapshot)
     return prefilled

@@ -19,6 +19,7 @@ import torch
 
 from kvcache_bench.analysis.metrics import score_example
 from kvcache_bench.engine.decoders.padded_batch import left_padded_batch, padded_batch_answers
+from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.loading import stop_token_ids
 from kvcache_bench.engine.prefill import press_context
 from kvcache_bench.methods.registry import build_press
@@ -125,7 +126,9 @@ def padding_effect(model, tokenizer, rows: list[dict], run: CellRun) -> dict:
     def answers_at(size: int) -> list[str]:
         torch.manual_seed(seed)
         press = build_press(method, retention, method_kwargs, seed=seed)
-        return padded_batch_answers(model, tokenizer, prompts, press, size, pad_id, max_new_tokens, stop_ids)
+        # the harness presses the whole padded prompt, question included: question-aware
+        settings = Decoding(model, press, QuestionMode.QUESTION_AWARE, max_new_tokens, stop_ids, pad_token_id=pad_id)
+        return padded_batch_answers(settings, tokenizer, prompts, size)
 
     def mean_score(answers: list[str]) -> float:
         return round(100 * sum(score_example(task, a, r["answers"]) for a, r in zip(answers, rows)) / len(rows), 2)

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_common import random_prompts  # noqa: E402
 
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
-from kvcache_bench.engine.prefill import prefill, prefill_example  # noqa: E402
+from kvcache_bench.engine.prefill import Prefill, prefill, prefill_example  # noqa: E402
 from kvcache_bench.engine.prefilled import prefilled_from_cache  # noqa: E402
 from kvcache_bench.methods.registry import build_press  # noqa: E402
 
@@ -70,7 +70,7 @@ def main() -> None:
         logits = prefill(model, cache, ids[-1:], None, start_position=len(ids) - 1)
         sync()
         t3 = time.perf_counter()
-        held.append(prefilled_from_cache(model, cache, logits, len(ids), 0.0, len(ids) - 1, copy=False))
+        held.append(prefilled_from_cache(model, Prefill(cache, logits, 0.0, len(ids) - 1), len(ids), copy=False))
         sync()
         t4 = time.perf_counter()
         prefill_example(model, prompt, press, "question_aware")

@@ -1,20 +1,19 @@
 """How a cell's examples are prefilled and decoded: one file per strategy, as kvpress has one file per press.
 
 ``choose_strategy`` (engine.cell_runner) fixes a cell's ``Strategy``; ``DECODERS[strategy]`` generates each chunk of
-its prompts. Every decoder takes the cell's ``Decoding`` settings (the model, its press and cache, the stops: the
-cell runner's ``CellGenerator``), the chunk's prompts and, in the other-question mode, each prompt's other question,
-and returns the generations in the prompts' order with the decode path that made them.
+its prompts. Every decoder takes the cell's ``Decoding`` settings (``engine.greedy``: the model, its press and cache,
+the stops), the chunk's prompts and, in the other-question mode, each prompt's other question, and returns the
+generations in the prompts' order with the decode path that made them. Each file's ``generate_*`` takes the same
+``Decoding`` first, so tests and the probes call a strategy as the cell runner does.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from enum import Enum
-from typing import Protocol
 
-from kvcache_bench.engine.greedy import DecodePath, Generation
+from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation
 from kvcache_bench.study.prompt_tokens import PromptTokens
-from kvcache_bench.study.question_modes import QuestionMode
 
 
 class Strategy(Enum):
@@ -34,41 +33,12 @@ class Strategy(Enum):
     PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
 
 
-class Decoding(Protocol):
-    """What every chunk of a cell is generated with (engine.cell_runner.CellGenerator)."""
-
-    model: object
-    press: object
-    make_cache: Callable[[], object]
-    mode: QuestionMode
-    max_new_tokens: int
-    stop_ids: set[int]
-    min_new_tokens: int
-    pad_token_id: int
-    decode_batch_size: int
-    decode_fallback: str | None  # why examples are decoded at batch 1 though the cell asked for more
-
-
 Decoder = Callable[[Decoding, list[PromptTokens], "list[list[int]] | None"], tuple[list[Generation], DecodePath]]
 
 
 def at_batch_one(settings: Decoding, fallback: str | None = None) -> DecodePath:
     """The path of a chunk decoded one example at a time (``fallback``: why, when the cell asked for more)."""
     return DecodePath(settings.decode_batch_size, 1, fallback if settings.decode_batch_size > 1 else None)
-
-
-def batch_one(settings: Decoding, prompt: PromptTokens, generate_alone: Callable[..., Generation]) -> Generation:
-    """One prompt through a batch-1 generator (``one_by_one.generate_one``'s signature) with the cell's settings."""
-    return generate_alone(
-        settings.model,
-        prompt,
-        settings.press,
-        settings.mode,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        make_cache=settings.make_cache,
-        min_new_tokens=settings.min_new_tokens,
-    )
 
 
 def shared_context_groups(prompts: list[PromptTokens], others: list[list[int]] | None = None) -> list[list[int]]:

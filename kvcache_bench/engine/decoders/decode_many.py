@@ -6,7 +6,6 @@ import time
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.decoders import Decoding
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
@@ -14,30 +13,24 @@ from kvcache_bench.engine.prefill import prefill, prefill_example
 from kvcache_bench.engine.prefilled import PrefilledPrompt, prefilled_from_cache, stacking_obstacle
 from kvcache_bench.engine.static_decode import decode_memory_budget, decode_together
 from kvcache_bench.study.prompt_tokens import PromptTokens
-from kvcache_bench.study.question_modes import QuestionMode
 
 
 @torch.inference_mode()
 def generate_prefill_one_decode_many(
-    model,
-    prompts: list[PromptTokens],
-    press,
-    mode: QuestionMode,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    decode_batch_size: int,
-    *,
-    min_new_tokens: int = 0,
-    make_cache=default_cache,
-    memory_budget_bytes: float | None = None,
+    settings: Decoding, prompts: list[PromptTokens]
 ) -> tuple[list[Generation], DecodePath]:
-    """Generations for ``prompts`` in order: each prefilled alone, decoded ``decode_batch_size`` at a time.
+    """Generations for ``prompts`` in order: each prefilled alone, decoded ``settings.decode_batch_size`` at a time.
 
-    ``make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
+    ``settings.make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
     An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
-    A batch is decoded early when its compressed caches would pass ``memory_budget_bytes`` (default: see
+    A batch is decoded early when its compressed caches would pass ``settings.memory_budget_bytes`` (default: see
     ``decode_memory_budget``), so long prompts decode in smaller batches instead of running out of memory.
     """
+    model, decode_batch_size, memory_budget_bytes = (
+        settings.model,
+        settings.decode_batch_size,
+        settings.memory_budget_bytes,
+    )
     if decode_batch_size < 1:
         raise ValueError(f"decode_batch_size must be >= 1, got {decode_batch_size}")
     budget = decode_memory_budget(model.device) if memory_budget_bytes is None else memory_budget_bytes
@@ -52,7 +45,9 @@ def generate_prefill_one_decode_many(
         if not pending:
             return
         start = time.perf_counter()
-        outputs = decode_together(model, [p for _, p in pending], max_new_tokens, stop_ids, min_new_tokens)
+        outputs = decode_together(
+            model, [p for _, p in pending], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
+        )
         synchronize(model.device)
         share = (time.perf_counter() - start) / len(pending)
         for (index, p), token_ids in zip(pending, outputs):
@@ -66,27 +61,25 @@ def generate_prefill_one_decode_many(
         start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
         batching = decode_batch_size > 1
-        cache, last_logits, kept, pressed = prefill_example(
-            model, prompt, press, mode, make_cache, run_held_back=not batching
+        done = prefill_example(
+            model, prompt, settings.press, settings.mode, settings.make_cache, run_held_back=not batching
         )
-        held_back = (prompt.context_ids + prompt.question_ids)[pressed:] if batching else []
-        obstacle = stacking_obstacle(model, cache) if batching else None
+        held_back = (prompt.context_ids + prompt.question_ids)[done.pressed_tokens :] if batching else []
+        obstacle = stacking_obstacle(model, done.cache) if batching else None
         if not batching or obstacle is not None:  # decoded alone, from the cache it already has
+            last_logits = done.last_logits
             if obstacle is not None:
                 fallbacks.add(obstacle)
                 if held_back:  # what prefill_example would have run
-                    last_logits = prefill(model, cache, held_back, None, start_position=pressed)
-            token_ids = greedy_decode(
-                model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens
-            )
+                    last_logits = prefill(model, done.cache, held_back, None, start_position=done.pressed_tokens)
+            token_ids = greedy_decode(settings, done.cache, last_logits, prompt_length)
             synchronize(model.device)
-            generations[index] = Generation(token_ids, prompt_length, kept, time.perf_counter() - start, pressed)
+            seconds = time.perf_counter() - start
+            generations[index] = Generation(token_ids, prompt_length, done.kept_tokens, seconds, done.pressed_tokens)
             largest_batch = max(largest_batch, 1)
             continue
-        prefilled = prefilled_from_cache(
-            model, cache, last_logits, prompt_length, kept, pressed, copy=False, held_back_ids=held_back
-        )
-        del cache
+        prefilled = prefilled_from_cache(model, done, prompt_length, copy=False, held_back_ids=held_back)
+        del done
         synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start
         row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
@@ -107,14 +100,4 @@ def generate_prefill_one_decode_many(
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
-    return generate_prefill_one_decode_many(
-        settings.model,
-        prompts,
-        settings.press,
-        settings.mode,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        settings.decode_batch_size,
-        make_cache=settings.make_cache,
-        min_new_tokens=settings.min_new_tokens,
-    )
+    return generate_prefill_one_decode_many(settings, prompts)

@@ -113,21 +113,16 @@ class OtherQuestionGroup:
 
 @torch.inference_mode()
 def generate_other_question(
-    model,
-    groups: list[OtherQuestionGroup],
-    press,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    decode_batch_size: int,
-    *,
-    min_new_tokens: int = 0,
-    make_cache=default_cache,
+    settings: Decoding, groups: list[OtherQuestionGroup]
 ) -> tuple[list[Generation], DecodePath]:
     """Generations group by group, question by question: each group compressed once,
-    ``decode_batch_size`` rows decoded at a time."""
+    ``settings.decode_batch_size`` rows decoded at a time."""
+    model, decode_batch_size = settings.model, settings.decode_batch_size
     rows: list[tuple[PrefilledPrompt, ContextWithoutQuestion, int]] = []
     for group in groups:
-        compressed = compress_with_other_question(model, group.context_ids, group.other_question_ids, press, make_cache)
+        compressed = compress_with_other_question(
+            model, group.context_ids, group.other_question_ids, settings.press, settings.make_cache
+        )
         share = compressed.seconds / len(group.questions)
         rows += [
             (prefilled_question(compressed, question, share), compressed, len(group.questions))
@@ -137,7 +132,9 @@ def generate_other_question(
     for start in range(0, len(rows), decode_batch_size):
         batch = rows[start : start + decode_batch_size]
         started = time.perf_counter()
-        outputs = decode_together(model, [p for p, _, _ in batch], max_new_tokens, stop_ids, min_new_tokens)
+        outputs = decode_together(
+            model, [p for p, _, _ in batch], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
+        )
         synchronize(model.device)
         decode_share = (time.perf_counter() - started) / len(batch)
         for (p, compressed, questions), token_ids in zip(batch, outputs):
@@ -161,16 +158,10 @@ def decode(
 ) -> tuple[list[Generation], DecodePath]:
     groups = shared_context_groups(prompts, others)
     generations, path = generate_other_question(
-        settings.model,
+        settings,
         [
             OtherQuestionGroup(prompts[g[0]].context_ids, others[g[0]], [prompts[i].question_ids for i in g])
             for g in groups
         ],
-        settings.press,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        settings.decode_batch_size,
-        make_cache=settings.make_cache,
-        min_new_tokens=settings.min_new_tokens,
     )
     return in_prompt_order(groups, generations), path

@@ -4,11 +4,10 @@ ranked with the text otherwise: the published run's 48.3 -> 15.7)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache, mean_cache_length
+from kvcache_bench.engine.caches import mean_cache_length
 from kvcache_bench.engine.decoders import Decoding, at_batch_one
 from kvcache_bench.engine.greedy import DecodePath, Generation, decode_answer
 from kvcache_bench.engine.prefill import press_context
@@ -27,16 +26,7 @@ def left_padded_batch(rows: list[list[int]], pad_token_id: int, device) -> tuple
 
 
 @torch.inference_mode()
-def generate_padded_batch(
-    model,
-    prompts: list[PromptTokens],
-    press,
-    pad_token_id: int,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    *,
-    make_cache: Callable[[], object] = default_cache,
-) -> list[Generation]:
+def generate_padded_batch(settings: Decoding, prompts: list[PromptTokens]) -> list[Generation]:
     """Left-padded batched generation the way a batching harness does it: ``model.generate`` under the press.
 
     Correct for the full cache. With an evicting ``press`` this reproduces the padding collapse: the
@@ -45,16 +35,17 @@ def generate_padded_batch(
     report card can show that; ``checks.py`` refuses such targets.
     """
     start = time.perf_counter()
+    model, pad_token_id, stop_ids = settings.model, settings.pad_token_id, settings.stop_ids
     full = [p.context_ids + p.question_ids for p in prompts]
     input_ids, mask = left_padded_batch(full, pad_token_id, model.device)
     width = input_ids.shape[1]
-    cache = make_cache()
-    with press_context(press, model):
+    cache = settings.make_cache()
+    with press_context(settings.press, model):
         output = model.generate(
             input_ids=input_ids,
             attention_mask=mask,
             past_key_values=cache,
-            max_new_tokens=max_new_tokens,
+            max_new_tokens=settings.max_new_tokens,
             do_sample=False,
             pad_token_id=pad_token_id,
             eos_token_id=sorted(stop_ids) or None,
@@ -69,33 +60,15 @@ def generate_padded_batch(
     return generations
 
 
-def padded_batch_answers(
-    model,
-    tokenizer,
-    prompts: list[PromptTokens],
-    press,
-    batch_size: int,
-    pad_token_id: int,
-    max_new_tokens: int,
-    stop_ids: set[int],
-) -> list[str]:
+def padded_batch_answers(settings: Decoding, tokenizer, prompts: list[PromptTokens], batch_size: int) -> list[str]:
     """Decoded answers of the batching harness (``generate_padded_batch``) over consecutive batches of ``prompts``."""
     answers = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        for generation in generate_padded_batch(model, chunk, press, pad_token_id, max_new_tokens, stop_ids):
+        for generation in generate_padded_batch(settings, chunk):
             answers.append(decode_answer(tokenizer, generation.token_ids))
     return answers
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
-    generations = generate_padded_batch(
-        settings.model,
-        prompts,
-        settings.press,
-        settings.pad_token_id,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        make_cache=settings.make_cache,
-    )
-    return generations, at_batch_one(settings, settings.decode_fallback)
+    return generate_padded_batch(settings, prompts), at_batch_one(settings, settings.decode_fallback)

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import torch
 
-from kvcache_bench.engine.caches import clear_key_masks, default_cache, mean_cache_length
-from kvcache_bench.engine.decoders import Decoding, at_batch_one, batch_one
+from kvcache_bench.engine.caches import clear_key_masks, mean_cache_length
+from kvcache_bench.engine.decoders import Decoding, at_batch_one
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill, pressed_and_trailing
 from kvcache_bench.study.prompt_tokens import PromptTokens
-from kvcache_bench.study.question_modes import QuestionMode
 
 WHILE_DECODING_FALLBACK = (
     "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: "
@@ -40,17 +38,7 @@ def presses_while_decoding(press) -> tuple[bool, bool] | None:
 
 
 @torch.inference_mode()
-def generate_one_pressing_while_decoding(
-    model,
-    prompt: PromptTokens,
-    press,
-    mode: QuestionMode,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    *,
-    make_cache: Callable[[], object] = default_cache,
-    min_new_tokens: int = 0,
-) -> Generation:
+def generate_one_pressing_while_decoding(settings: Decoding, prompt: PromptTokens) -> Generation:
     """Batch-1 greedy generation with a press that compresses while decoding, as kvpress's pipeline runs it.
 
     The tokens ``pressed_and_trailing`` gives the press (the context, question-agnostic; context and question but
@@ -60,20 +48,21 @@ def generate_one_pressing_while_decoding(
     last step and ``pressed_tokens`` every token that went through it (the prompt and the answer but its last
     token), so their ratio is the share the press left."""
     start = time.perf_counter()
+    model, press = settings.model, settings.press
     over_prefill, _ = presses_while_decoding(press)
     clear_key_masks(model)  # an earlier example's masks (a masking base press) must not hide this one's keys
-    cache = make_cache()
-    pressed_ids, trailing_ids = pressed_and_trailing(prompt, mode)
+    cache = settings.make_cache()
+    pressed_ids, trailing_ids = pressed_and_trailing(prompt, settings.mode)
     last_logits = prefill(model, cache, pressed_ids, press if over_prefill else None)
     with press(model):  # not press_context: a prefill press's masks stay, as the pipeline leaves them
         if trailing_ids:
             last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
-        generated = greedy_decode(model, cache, last_logits, prompt.length, max_new_tokens, stop_ids, min_new_tokens)
+        generated = greedy_decode(settings, cache, last_logits, prompt.length)
     synchronize(model.device)
     held = prompt.length + len(generated) - 1
     return Generation(generated, prompt.length, mean_cache_length(cache), time.perf_counter() - start, held)
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
-    generations = [batch_one(settings, prompt, generate_one_pressing_while_decoding) for prompt in prompts]
+    generations = [generate_one_pressing_while_decoding(settings, prompt) for prompt in prompts]
     return generations, at_batch_one(settings, WHILE_DECODING_FALLBACK)

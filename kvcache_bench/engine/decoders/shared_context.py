@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache
 from kvcache_bench.engine.decoders import Decoding
-from kvcache_bench.engine.decoders.one_by_one import alone
+from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill_shared_context
@@ -24,17 +22,7 @@ def fallback(settings: Decoding) -> str | None:
 
 
 @torch.inference_mode()
-def generate_shared_context(
-    model,
-    context_ids: list[int],
-    questions: list[list[int]],
-    press,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    *,
-    make_cache: Callable[[], object] = default_cache,
-    min_new_tokens: int = 0,
-) -> list[Generation]:
+def generate_shared_context(settings: Decoding, context_ids: list[int], questions: list[list[int]]) -> list[Generation]:
     """Question-agnostic generation: compress ``context_ids`` once, answer every question from that cache.
 
     After each answer the cache is rolled back to the compressed context, so every question sees
@@ -42,29 +30,22 @@ def generate_shared_context(
     is shared equally among the questions.
     """
     generations = []
-    prefilled = prefill_shared_context(model, context_ids, questions, press, make_cache)
-    for question_ids, (cache, last_logits, kept, prefill_seconds) in zip(questions, prefilled):
+    model = settings.model
+    prefilled = prefill_shared_context(model, context_ids, questions, settings.press, settings.make_cache)
+    for question_ids, done in zip(questions, prefilled):
         started = time.perf_counter()
         prompt_length = len(context_ids) + len(question_ids)
-        generated = greedy_decode(model, cache, last_logits, prompt_length, max_new_tokens, stop_ids, min_new_tokens)
+        generated = greedy_decode(settings, done.cache, done.last_logits, prompt_length)
         synchronize(model.device)
-        seconds = prefill_seconds + time.perf_counter() - started
-        generations.append(Generation(generated, prompt_length, kept, seconds, len(context_ids), len(questions)))
+        seconds = done.seconds + time.perf_counter() - started
+        generations.append(
+            Generation(generated, prompt_length, done.kept_tokens, seconds, len(context_ids), len(questions))
+        )
     return generations
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
     path = DecodePath(settings.decode_batch_size, 1, fallback(settings))
     if len(prompts) == 1:
-        return [alone(settings, prompts[0])], path
-    generations = generate_shared_context(
-        settings.model,
-        prompts[0].context_ids,
-        [p.question_ids for p in prompts],
-        settings.press,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        make_cache=settings.make_cache,
-        min_new_tokens=settings.min_new_tokens,
-    )
-    return generations, path
+        return [generate_one(settings, prompts[0])], path
+    return generate_shared_context(settings, prompts[0].context_ids, [p.question_ids for p in prompts]), path

@@ -16,42 +16,30 @@ from kvcache_bench.study.prompt_tokens import PromptTokens
 
 @torch.inference_mode()
 def generate_shared_contexts_together(
-    model,
-    groups: list[list[PromptTokens]],
-    press,
-    max_new_tokens: int,
-    stop_ids: set[int],
-    decode_batch_size: int,
-    *,
-    min_new_tokens: int = 0,
+    settings: Decoding, groups: list[list[PromptTokens]]
 ) -> tuple[list[Generation], DecodePath]:
     """Question-agnostic decode batching: each group's context is compressed once, then every question
     of every group is decoded together. Generations come back group by group, in question order."""
+    model = settings.model
     prefilled: list[PrefilledPrompt] = []
     sizes: list[int] = []
     for group in groups:
-        prefilled += prefilled_shared_context(model, group[0].context_ids, [p.question_ids for p in group], press)
+        prefilled += prefilled_shared_context(
+            model, group[0].context_ids, [p.question_ids for p in group], settings.press
+        )
         sizes += [len(group)] * len(group)
     start = time.perf_counter()
-    outputs = decode_together(model, prefilled, max_new_tokens, stop_ids, min_new_tokens)
+    outputs = decode_together(model, prefilled, settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens)
     synchronize(model.device)
     share = (time.perf_counter() - start) / len(prefilled)
     generations = [
         Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens, size)
         for p, token_ids, size in zip(prefilled, outputs, sizes)
     ]
-    return generations, DecodePath(decode_batch_size, len(prefilled), None)
+    return generations, DecodePath(settings.decode_batch_size, len(prefilled), None)
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
     groups = shared_context_groups(prompts)
-    generations, path = generate_shared_contexts_together(
-        settings.model,
-        [[prompts[i] for i in group] for group in groups],
-        settings.press,
-        settings.max_new_tokens,
-        settings.stop_ids,
-        settings.decode_batch_size,
-        min_new_tokens=settings.min_new_tokens,
-    )
+    generations, path = generate_shared_contexts_together(settings, [[prompts[i] for i in group] for group in groups])
     return in_prompt_order(groups, generations), path
