@@ -7,11 +7,9 @@ SnapKV 48.3 -> 15.7 F1 this way. Batched *prefill* with an evicting method is th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, get_method
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.cells import setting_slug
+from kvcache_bench.study.cells import Cell, setting_slug
 from kvcache_bench.study.press_values import decoding_budget_problem
 from kvcache_bench.study.prompts import KNOWN_TASKS
 from kvcache_bench.study.question_modes import QUESTION_MODES, QuestionMode
@@ -19,27 +17,6 @@ from kvcache_bench.study.question_modes import QUESTION_MODES, QuestionMode
 
 class ConfigCheckError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One generation target: everything that decides what a predictions file contains."""
-
-    dataset: str
-    task: str
-    model: str
-    method: str
-    question_mode: str
-    retention: float
-    batch_size: int  # prompts prefilled together (left-padded): refused with eviction
-    decode_batch_size: int = 1  # compressed caches decoded together after prefilling each alone: always safe
-
-    @property
-    def target(self) -> str:
-        return (
-            f"{self.dataset}/{self.task}/{self.model}/{self.method}/{self.question_mode}/"
-            f"{setting_slug(self.retention, self.batch_size, self.decode_batch_size)}"
-        )
 
 
 def problems_with(
