@@ -13,7 +13,8 @@ from kvcache_bench.engine.decoders.one_by_one import generate_one
 from kvcache_bench.engine.decoders.padded_batch import generate_padded_batch
 from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.methods.registry import build_press
-from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell
+from kvcache_bench.study.cell import CellRun
+from kvcache_bench.study.cell_checks import Cell, ConfigCheckError, check_cell, check_setting
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
@@ -94,3 +95,13 @@ def test_the_check_rule_refuses_what_this_file_reproduces():
         with pytest.raises(ConfigCheckError, match="padding"):
             check_cell(Cell("d", "qasper", "m", method, "question_aware", 0.5, 4))
     check_cell(Cell("d", "qasper", "m", "full_cache", "question_aware", 1.0, 4))
+
+
+def test_the_generate_job_refuses_it_from_its_run_alone():
+    # engine.cell_runner.run_cell checks the CellRun it was given before loading anything
+    for method in ("snapkv", "streaming_llm"):
+        run = CellRun("qasper", None, method, 0.5, "question_aware", max_new_tokens=8, seed=0, batch_size=4)
+        target = f"qasper/{method}/question_aware/retention-0.50_batch-4_decode-1"
+        with pytest.raises(ConfigCheckError, match=f"refused target {target}:\n.*padding"):
+            check_setting(run)
+    check_setting(CellRun("qasper", None, "full_cache", 1.0, "question_aware", max_new_tokens=8, seed=0, batch_size=4))

@@ -337,15 +337,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     """
     from tqdm import tqdm
 
-    check_setting(
-        task=run.task,
-        method=run.method,
-        question_mode=run.question_mode,
-        retention=run.retention,
-        batch_size=run.batch_size,
-        decode_batch_size=run.decode_batch_size,
-        custom_methods=run.custom_methods,
-    )
+    check_setting(run)
     torch.manual_seed(run.seed)
     tokenizer, generator = load_cell_generator(run, loaded)
     model = generator.decoding.model

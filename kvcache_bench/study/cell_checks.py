@@ -7,10 +7,9 @@ SnapKV 48.3 -> 15.7 F1 this way. Batched *prefill* with an evicting method is th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from kvcache_bench.methods.registry import FULL_RETENTION, UnknownMethodError, get_method
-from kvcache_bench.study.cells import setting_slug
+from kvcache_bench.study.cell import CellRun
+from kvcache_bench.study.cells import Cell, setting_slug
 from kvcache_bench.study.press_values import decoding_budget_problem
 from kvcache_bench.study.prompts import KNOWN_TASKS
 from kvcache_bench.study.question_modes import QUESTION_MODES, QuestionMode
@@ -20,59 +19,20 @@ class ConfigCheckError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
-class Cell:
-    """One generation target: everything that decides what a predictions file contains."""
-
-    dataset: str
-    task: str
-    model: str
-    method: str
-    question_mode: str
-    retention: float
-    batch_size: int  # prompts prefilled together (left-padded): refused with eviction
-    decode_batch_size: int = 1  # compressed caches decoded together after prefilling each alone: always safe
-
-    @property
-    def target(self) -> str:
-        return (
-            f"{self.dataset}/{self.task}/{self.model}/{self.method}/{self.question_mode}/"
-            f"{setting_slug(self.retention, self.batch_size, self.decode_batch_size)}"
-        )
-
-
 def problems_with(
-    cell: Cell, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None
-) -> list[str]:
-    """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
-    from the method's measured properties (its check job's output, ``methods.method_properties``) and the
-    cell's ``max_new_tokens`` (a decoding-time budget must compress within them)."""
-    return setting_problems(
-        task=cell.task,
-        method=cell.method,
-        question_mode=cell.question_mode,
-        retention=cell.retention,
-        batch_size=cell.batch_size,
-        decode_batch_size=cell.decode_batch_size,
-        custom_methods=custom_methods,
-        measured=measured,
-        max_new_tokens=max_new_tokens,
-    )
-
-
-def setting_problems(
-    *,
-    task: str,
-    method: str,
-    question_mode: str,
-    retention: float,
-    batch_size: int,
-    decode_batch_size: int,
+    setting: Cell | CellRun,
     custom_methods: dict | None = None,
     measured: dict | None = None,
     max_new_tokens: int | None = None,
 ) -> list[str]:
-    """``problems_with`` for what a generation job runs, whatever its dataset and model are called."""
+    """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
+    from the method's measured properties (its check job's output, ``methods.method_properties``) and the
+    cell's ``max_new_tokens`` (a decoding-time budget must compress within them).
+
+    ``setting`` is a ``Cell``, or the ``CellRun`` a generation job runs (whatever its dataset and model are called):
+    only its task, method, question mode, retention and batch sizes are read."""
+    task, method, question_mode = setting.task, setting.method, setting.question_mode
+    retention, batch_size, decode_batch_size = setting.retention, setting.batch_size, setting.decode_batch_size
     problems = []
     try:
         spec = get_method(method, custom_methods)
@@ -226,27 +186,13 @@ def check_cell(
     _refuse(cell.target, problems_with(cell, custom_methods, measured, max_new_tokens))
 
 
-def check_setting(
-    *,
-    task: str,
-    method: str,
-    question_mode: str,
-    retention: float,
-    batch_size: int,
-    decode_batch_size: int,
-    custom_methods: dict | None = None,
-) -> None:
+def check_setting(run: CellRun) -> None:
     """``check_cell`` for a job that knows what it runs but not its cell's names (``engine.cell_runner``)."""
-    settings = dict(
-        task=task,
-        method=method,
-        question_mode=question_mode,
-        retention=retention,
-        batch_size=batch_size,
-        decode_batch_size=decode_batch_size,
+    target = (
+        f"{run.task}/{run.method}/{run.question_mode}/"
+        f"{setting_slug(run.retention, run.batch_size, run.decode_batch_size)}"
     )
-    target = f"{task}/{method}/{question_mode}/{setting_slug(retention, batch_size, decode_batch_size)}"
-    _refuse(target, setting_problems(**settings, custom_methods=custom_methods))
+    _refuse(target, problems_with(run, run.custom_methods))
 
 
 def _refuse(target: str, problems: list[str]) -> None:

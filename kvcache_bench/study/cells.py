@@ -4,13 +4,15 @@ Pure functions of the config (after ``apply_schema_defaults``), so "which cells 
 unit test (tests/test_study.py), not a dry run. rules/common.smk calls them once per parse.
 
 A cell is a dict of wildcard strings (dataset, task, model, method, question_mode, retention, batch_size,
-decode_batch_size; perf cells add context), exactly as they appear in paths.
+decode_batch_size; perf cells add context), exactly as they appear in paths: ``Cell(...).wildcards()`` writes one,
+``Cell(**typed_cell(cell))`` reads it back.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 
 from kvcache_bench.methods.registry import attention_implementation_for, retentions_for
@@ -72,18 +74,38 @@ def decode_batch_sizes_for(config: dict, batch_size: int) -> list[int]:
     return [1] if batch_size > 1 else config["decode_batch_sizes"]
 
 
-def cell_of(dataset, task, model, method, question_mode, retention, batch_size, decode_batch_size) -> dict:
-    """A cell as its wildcards write it."""
-    return {
-        "dataset": dataset,
-        "task": task,
-        "model": model,
-        "method": method,
-        "question_mode": question_mode,
-        "retention": retention_label(retention),
-        "batch_size": str(batch_size),
-        "decode_batch_size": str(decode_batch_size),
-    }
+@dataclass(frozen=True)
+class Cell:
+    """One generation target: everything that decides what a predictions file contains."""
+
+    dataset: str
+    task: str
+    model: str
+    method: str
+    question_mode: str
+    retention: float
+    batch_size: int  # prompts prefilled together (left-padded): refused with eviction
+    decode_batch_size: int = 1  # compressed caches decoded together after prefilling each alone: always safe
+
+    @property
+    def target(self) -> str:
+        return (
+            f"{self.dataset}/{self.task}/{self.model}/{self.method}/{self.question_mode}/"
+            f"{setting_slug(self.retention, self.batch_size, self.decode_batch_size)}"
+        )
+
+    def wildcards(self) -> dict:
+        """The cell as its wildcards write it (``typed_cell`` reads them back)."""
+        return {
+            "dataset": self.dataset,
+            "task": self.task,
+            "model": self.model,
+            "method": self.method,
+            "question_mode": self.question_mode,
+            "retention": retention_label(self.retention),
+            "batch_size": str(self.batch_size),
+            "decode_batch_size": str(self.decode_batch_size),
+        }
 
 
 # kvpress's pipeline (models.<name>.engine) generates one example at a time: its models get batch-1 cells only.
@@ -93,7 +115,7 @@ ONE_AT_A_TIME_ENGINE = "kvpress_pipeline"
 def requested_cells(config: dict) -> list[dict]:
     """Every cell the config asks for, in config order, before the check."""
     return [
-        cell_of(dataset, task, model, method, mode, retention, batch_size, decode_batch_size)
+        Cell(dataset, task, model, method, mode, retention, batch_size, decode_batch_size).wildcards()
         for dataset, dataset_cfg in config["datasets"].items()
         for task in dataset_cfg["tasks"]
         for model in config["models"]
@@ -163,7 +185,10 @@ def requested_perf_cells(config: dict) -> list[dict]:
     perf = config["perf"]
     dataset, task = perf_dataset_and_task(config)
     return [
-        {**cell_of(dataset, task, model, method, "question_aware", retention, batch_size, 1), "context": str(context)}
+        {
+            **Cell(dataset, task, model, method, "question_aware", retention, batch_size, 1).wildcards(),
+            "context": str(context),
+        }
         for model in config["models"]
         if config["models"][model].get("engine") != ONE_AT_A_TIME_ENGINE  # the perf pass times this engine's steps
         for method in perf.get("methods") or config["methods"]
