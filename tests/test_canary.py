@@ -167,6 +167,17 @@ def test_demo_preset_runs_the_committed_canary():
     assert "build" not in model and (REPO / model["path"]).resolve() == CANARY_DIR
 
 
+def test_the_decode_batch_config_runs_the_canary_at_decode_batch_1_and_32_in_both_dtypes(workflow_copy):
+    """config/canary-decode-batch.yaml: what the retired git show c7b799e:tools/gpu/canary_agreement.py measured."""
+    from conftest import planned_jobs, run_snakemake
+
+    result = run_snakemake(workflow_copy, "-n", "--configfile", "config/canary-decode-batch.yaml", check=True)
+    # 2 dtypes x (full cache + 4 presses x 2 retentions) x decode batch 1 and 32, every cell accepted
+    assert planned_jobs(result.stdout)["generate"] == planned_jobs(result.stdout)["score"] == 36
+    for model in ("canary-bf16", "canary-fp32"):
+        for decode in (1, 32):
+            assert f"synthetic_qa/{model}/pyramidkv/question_aware/retention-0.50_batch-1_decode-{decode}.jsonl" in result.stdout
+
 # ------------------------------------------------------------------------- the committed canary
 
 needs_weights = pytest.mark.skipif(not has_weights(), reason="no canary weights in resources/canary/ (train with tools/gpu/train_canary_sweep.sh)")

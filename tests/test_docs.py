@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import runpy
 
 import pytest
@@ -24,3 +25,61 @@ def test_every_config_key_has_a_description_in_the_schema():
     assert any("`models.<name>.max_context_tokens`" in row for row in rows)
     undescribed = [row.split("|")[1].strip() for row in rows if row.endswith("|  |")]
     assert not undescribed, undescribed
+
+
+# A path in prose or a docstring names a file of this checkout, or its paragraph says the file is retired and names
+# the commit to `git show` it from. Tests write their own config/ and presses/ files: only the tools
+# and the package's paths are checked.
+PROSE = [
+    "README.md",
+    "config/README.md",
+    "reference/README.md",
+    "reference/*/README.md",
+    "docs/*.md",
+    "tests/*.py",
+    "tools/**/*",
+    ".ci/*",
+]
+TOOL_PATH = re.compile(r"(?<![\w./-])((?:tools|kvcache_bench)/[\w./-]*\w)")
+MODULE = re.compile(r"(?<![\w./-])kvcache_bench((?:\.\w+)+)")
+GIT_SHOW = re.compile(r"git show \w+:\S+")
+
+
+def module_exists(parts: list[str]) -> bool:
+    """kvcache_bench.<parts>: packages down to a module, then a name that module defines (or imports)."""
+    where = REPO / "kvcache_bench"
+    for index, part in enumerate(parts):
+        if (where / part).is_dir():
+            where = where / part
+        elif (where / f"{part}.py").exists():
+            rest = parts[index + 1 :]
+            return not rest or re.search(rf"\b{rest[0]}\b", (where / f"{part}.py").read_text()) is not None
+        else:
+            return False
+    return True
+
+
+def missing_paths(text: str) -> list[str]:
+    missing = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        if "retired" in paragraph and GIT_SHOW.search(paragraph):
+            continue
+        for path in TOOL_PATH.findall(paragraph):
+            if not (REPO / path.rstrip(".")).exists():
+                missing.append(path)
+        for dotted in MODULE.findall(paragraph):
+            if not module_exists(dotted.strip(".").split(".")):
+                missing.append("kvcache_bench" + dotted)
+    return missing
+
+
+def test_every_tool_and_module_the_docs_name_exists_or_is_marked_retired():
+    files = sorted({path for pattern in PROSE for path in REPO.glob(pattern) if path.is_file()})
+    assert REPO / "README.md" in files and REPO / "tools/gpu/multigpu_check.sh" in files
+    assert missing_paths("run tools/gpu/gone.py, then kvcache_bench.engine.gone.f") == [
+        "tools/gpu/gone.py",
+        "kvcache_bench.engine.gone.f",
+    ]
+    assert missing_paths("tools/gpu/gone.py (retired, git show abc1234:tools/gpu/gone.py)") == []
+    missing = {str(path.relative_to(REPO)): found for path in files if (found := missing_paths(path.read_text()))}
+    assert not missing, missing

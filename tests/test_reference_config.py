@@ -27,7 +27,7 @@ def test_the_reference_config_plans_the_model_both_engines_the_rates_and_the_tab
 def test_the_reference_perf_pass_times_this_engine_on_the_8b_shape_at_4k_and_16k(workflow_copy):
     result = run_snakemake(workflow_copy, "-n", "perf_all", "--configfile", "config/reference-h200.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
-    # 2 contexts x (full cache + 3 presses x 2 retentions), on the one model this engine runs (what tools/gpu/perf_h200.py measured)
+    # 2 contexts x (full cache + 3 presses x 2 retentions), on the one model this engine runs (what the retired git show 4c1522f:tools/gpu/perf_h200.py measured)
     assert planned_jobs(result.stdout)["perf"] == 14
     assert "/synthetic_qa/llama-3.1-8b-shape-random/knorm/context-16384/" in result.stdout and "kvpress-pipeline/knorm" not in result.stdout
 

@@ -7,6 +7,8 @@ One ~5k-token prompt is prefilled and compressed (snapkv, 50%); its compressed c
 each decode batch. Each step must at least read every weight once and every row's cached keys/values
 once: (weight bytes + rows x cached tokens x KV bytes per token) / copy bandwidth (measured here) is the
 floor. Writes decode_step_h200.json.
+
+No rule does this: rules time whole cells (engine_comparison, perf), not one decode step eager and graphed.
 """
 
 from __future__ import annotations

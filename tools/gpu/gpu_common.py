@@ -1,4 +1,4 @@
-"""What the GPU profilers and checks in tools/gpu share: the checkout's package, random prompt ids, the device.
+"""What the GPU profilers in tools/gpu share: the checkout's package, random prompt ids, the device.
 
 These scripts measure what is not a workflow output (where time goes, the multi-GPU plumbing); the
 numbers the README reports come from rules (config/reference-h200.yaml, docs/reference-runs.md).

@@ -9,6 +9,7 @@
 # start/end times, overlap), gpu_trace.jsonl (what each job claimed), gpus.csv and nvsmi_apps.csv
 # (nvidia-smi: GPUs, and processes per GPU sampled every 200 ms), gpu_log_lines.txt (each job's
 # "GPU: ..." log line), snakemake.log. Exit status 0 only if the jobs overlapped on distinct GPUs.
+# No rule does this: it runs the workflow under --resources gpu=N and judges, from outside, where its jobs ran.
 set -euo pipefail
 OUT=${OUT:-$PWD/multigpu-out}
 mkdir -p "$OUT"

@@ -6,6 +6,8 @@ GPU and a bigger model.
 Writes <dir>/multigpu.yaml and <dir>/model_config.json. The model (random init, ~0.4B parameters, bf16)
 makes each cell last several seconds on an H200, long enough to see the jobs overlap. --rehearsal keeps
 the demo's tiny float32 model so the whole check can be exercised on a CPU machine.
+
+No config/*.yaml instead: the study depends on the GPU count (one cell per GPU) and on --rehearsal's model.
 """
 
 import argparse

@@ -7,6 +7,8 @@ Evidence, strongest first: the UUID of the device each job's CUDA actually used 
 nvidia-smi's list of processes per GPU sampled during the run, and the GPU locks each job held with the
 times it took and released them. Exits 1 unless N jobs ran at once at some moment, and no two jobs that ran
 at the same time shared a GPU (a job beyond N must wait for a free GPU).
+
+No rule does this: it judges how Snakemake scheduled the generate jobs onto GPUs, from outside the run.
 """
 
 import argparse

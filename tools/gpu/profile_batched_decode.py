@@ -4,6 +4,8 @@
 
 Prefills 16 prompts one by one, then profiles ``decode_together`` for a few steps with torch.profiler and
 writes the operator table (sorted by CUDA time) and the wall time per step.
+
+No rule does this: no rule runs torch.profiler; rules time whole cells, not where a step's time goes.
 """
 
 from __future__ import annotations

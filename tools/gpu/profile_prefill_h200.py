@@ -6,6 +6,8 @@
 Per example, synchronised phases: the bare forward (no press), the forward under the press, the held-back
 last token on the compressed cache, the snapshot for batching; then a torch.profiler table of two
 examples' ``prefill.prefill_example``. Writes profile_prefill_h200.txt.
+
+No rule does this: no rule runs torch.profiler or times prefill's phases apart; rules time whole cells.
 """
 
 from __future__ import annotations

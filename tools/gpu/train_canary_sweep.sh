@@ -9,6 +9,7 @@
 # Writes, per variant, $OUT/<name>.safetensors (the weights) and $OUT/<name>.tar (config, tokenizer,
 # training_log.json, report.json, train.log): at most 4 variants, since 8 files come back.
 # TRAIN_BUDGET_S (default 420) is each variant's training time; scoring adds up to REPORT_TIMEOUT_S.
+# No rule does this: rule train_canary trains config/canary-train.yaml alone, unscored; this trains variants at once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source tools/gpu/use_wheels.sh
