@@ -33,7 +33,6 @@ RUNS = sorted(path.parent.parent.name for path in REFERENCE.glob("*/tables/summa
 # summary.md is byte for byte what its commit's summary_markdown makes from the committed summary.csv (checked
 # by hand in git worktrees of those commits on 2026-12-03). Remaking them here would break their manifests.
 MADE_BEFORE_THE_LABEL_COLUMN = {
-    "h200-reference-config": "6435e84",
     "h200-smollm2-other-question": "2194a00",
     "h200-smollm2-needle": "ce9bed1",
 }
