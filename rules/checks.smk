@@ -65,13 +65,15 @@ from kvcache_bench.workflow import wildcards_of
 
 
 def decode_notes():
-    """What accepted cells will do other than their names say (a masking press at decode batch 32 decodes alone)."""
+    """What accepted cells will do other than their names say (a masking press, question-agnostic at decode batch
+    32, decodes alone)."""
     notes = {}
     for cell in STUDY_CELLS:
         decode = int(cell["decode_batch_size"])
-        note = decode_note(cell["method"], parse_time_properties(cell["method"], config), decode)
+        properties = parse_time_properties(cell["method"], config)
+        note = decode_note(cell["method"], properties, decode, cell["question_mode"])
         if note:
-            notes[(cell["method"], decode)] = note
+            notes[(cell["method"], decode, cell["question_mode"])] = note
     return list(notes.values())
 
 

@@ -23,8 +23,8 @@ NEW_TOKENS = 6
 SHAPES = [(80, 8), (290, 12), (150, 5), (200, 16)]
 _models: dict[str, torch.nn.Module] = {}
 # Methods that change the cache type (KV quantisation) are not stacked; see the fallback test below. Masking
-# presses are refused at decode batch > 1 (their masks live on the model, one example's at a time): the
-# evicting scorers the engine has always run, one per kind of scoring.
+# presses have their own test below (their masks travel with each example's snapshot): here the evicting scorers,
+# one per kind of scoring.
 BATCHABLE_METHODS = ["full_cache", "h2o", "knorm", "plain_expected_attention", "pyramidkv", "random", "snapkv", "streaming_llm", "tova"]
 
 
@@ -104,17 +104,61 @@ def test_rows_stop_on_their_own():
     assert tokens == expected
 
 
-def test_a_press_that_masks_keys_per_head_falls_back_to_batch_one_and_says_so():
-    from kvpress import AdaKVPress, SnapKVPress
+# Presses that hide slots per KV head through kvpress's masks instead of evicting them (measured masks_slots)
+MASKING_METHODS = ["adakv_snapkv", "critical_adakv_snapkv", "critical_adakv_expected_attention", "expected_attention", "adakv_compactor"]  # (KVzip and KVGrad read a tokenizer: their cells are tested in test_engine_cell)
+
+
+@pytest.mark.parametrize("method", MASKING_METHODS)
+def test_a_press_that_masks_keys_per_head_decodes_together_with_the_batch_one_answers(method):
+    """kvpress keeps one sequence's masks on the model: each example's masks now go with its snapshot, and the rows
+    of a decode batch each hide their own slots, with the greedy ids of decoding alone (kvpress's fake keys)."""
+    model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
+    prompts = random_prompts()
+    expected = engine_tokens(model, prompts, method, QuestionMode.QUESTION_AWARE)
+    for decode_batch_size in (3, 8):
+        tokens, path = batched(model, prompts, method, QuestionMode.QUESTION_AWARE, decode_batch_size)
+        assert tokens == expected, f"decode batch {decode_batch_size}"
+        assert path == DecodePath(decode_batch_size, min(decode_batch_size, len(prompts)), None)
+    # the masks reach the decode batch: without them the rows would read the slots the press hid
+    from kvcache_bench.engine.prefill import prefill_example
+    from kvcache_bench.engine.prefilled import take_key_masks
+
+    done = prefill_example(model, prompts[1], press_for(method), QuestionMode.QUESTION_AWARE, run_held_back=False)
+    masks = take_key_masks(model, done.cache)
+    assert masks is not None and all(m is None or m.shape[0] == model.config.num_key_value_heads for m in masks)
+    assert any(m is not None and 0 < int(m.sum()) < m.numel() for m in masks)
+    assert not any(getattr(m, "masked_key_indices", None) is not None for m in model.modules())  # taken off
+
+
+def test_masked_slots_are_what_keeps_a_masking_press_batch_equal_to_decoding_alone(monkeypatch):
+    """The parity above is not vacuous: with the masks dropped from the snapshots, the batch answers differently."""
+    import kvcache_bench.engine.prefilled as prefilled
 
     model = demo_shaped_llama("sdpa")
-    prompts = random_prompts(SHAPES[:3])
-    expected = [engine.generate_one(Decoding(model, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP), p).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(Decoding(model, AdaKVPress(SnapKVPress(0.5)), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size=3), prompts)
-    assert [g.token_ids for g in generations] == expected
-    assert path.effective_decode_batch_size == 1
-    assert "per head" in path.fallback
-    assert path.record() == {"decode_batch_size": 3, "effective_decode_batch_size": 1, "decode_fallback": path.fallback}
+    prompts = random_prompts()
+    expected = engine_tokens(model, prompts, "adakv_snapkv", QuestionMode.QUESTION_AWARE)
+    original = prefilled.take_key_masks
+
+    def dropped(model, cache):
+        original(model, cache)  # cleared off the model as usual, but not carried
+        return None
+
+    monkeypatch.setattr(prefilled, "take_key_masks", dropped)
+    tokens, _ = batched(model, prompts, "adakv_snapkv", QuestionMode.QUESTION_AWARE, 8)
+    assert tokens != expected
+
+
+def test_a_quantised_or_shared_context_masking_press_still_says_why_it_decodes_alone():
+    """Where masks cannot travel (a shared context's masks serve each of its questions' prefills), the snapshot
+    refuses them rather than dropping them silently."""
+    from kvpress import AdaKVPress, SnapKVPress
+
+    from kvcache_bench.engine.prefilled import prefilled_shared_context
+
+    model = demo_shaped_llama("sdpa")
+    prompt = random_prompts(SHAPES[:1])[0]
+    with pytest.raises(ValueError, match="per head"):
+        prefilled_shared_context(model, prompt.context_ids, [prompt.question_ids], AdaKVPress(SnapKVPress(0.5)))
 
 
 def test_model_attention_is_restored_after_batched_decoding():

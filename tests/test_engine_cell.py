@@ -88,19 +88,26 @@ def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_mode
         assert all(r["shared_context_questions"] == 2 for r in together)
 
 
-@pytest.mark.parametrize("mode", ["question_aware", "question_agnostic"])
-def test_a_masking_press_asked_to_decode_together_decodes_alone_with_the_same_answers_and_says_why(rows, demo_model, mode):
-    """kvpress keeps AdaKV's masks on the model for one sequence: at decode batch 4 the cell runs (it used to be
-    refused mid-study) and decodes one example at a time, each record naming why."""
+@pytest.mark.parametrize("method", ["adakv_snapkv", "kvzip"])
+def test_a_masking_press_decodes_together_question_aware_and_alone_question_agnostic_with_the_same_answers(rows, demo_model, method):
+    """kvpress keeps one sequence's masks on the model. Question-aware, each example's masks travel with its snapshot
+    and decode batch 4 decodes together; question-agnostic, a context's masks serve each of its questions' prefills,
+    so the cell decodes one example at a time, each record naming why. Answers equal decode batch 1's either way."""
     from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE
 
-    alone = cell(rows, demo_model, mode, method="adakv_snapkv")
-    asked = cell(rows, demo_model, mode, method="adakv_snapkv", decode_batch_size=4, masks_slots=True)
-    assert [r["prediction"] for r in asked] == [r["prediction"] for r in alone]
-    assert [r["kept_tokens"] for r in asked] == [r["kept_tokens"] for r in alone]
-    assert all(r["decode_batch_size"] == 4 and r["effective_decode_batch_size"] == 1 for r in asked)
-    assert {r["decode_fallback"] for r in asked} == {MASKS_DECODE_ALONE} and {r["decode_fallback"] for r in alone} == {None}
-    assert {r["decode_steps"] for r in asked} == {"eager"}
+    for mode in ("question_aware", "question_agnostic"):
+        alone = cell(rows, demo_model, mode, method=method)
+        asked = cell(rows, demo_model, mode, method=method, decode_batch_size=4, masks_slots=True)
+        assert [r["prediction"] for r in asked] == [r["prediction"] for r in alone], mode
+        assert [r["kept_tokens"] for r in asked] == [r["kept_tokens"] for r in alone], mode
+        assert {r["decode_fallback"] for r in alone} == {None}
+        if mode == "question_aware":
+            assert [r["effective_decode_batch_size"] for r in asked] == [4, 4, 4, 4, 2, 2]  # 6 rows: batches of 4 and 2
+            assert {r["decode_fallback"] for r in asked} == {None}
+        else:
+            assert all(r["decode_batch_size"] == 4 and r["effective_decode_batch_size"] == 1 for r in asked)
+            assert {r["decode_fallback"] for r in asked} == {MASKS_DECODE_ALONE}
+        assert {r["decode_steps"] for r in asked} == {"eager"}
 
 
 def test_a_masking_press_never_appears_to_save_memory(rows, demo_model):

@@ -32,12 +32,18 @@ def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> 
     return prompts
 
 
-def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape():
+@pytest.fixture(scope="module")
+def model():
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    model = build_random_model(LLAMA_31_8B_SHAPE, torch.float32, torch.device("cuda"), seed=0)
+    return build_random_model(LLAMA_31_8B_SHAPE, torch.float32, torch.device("cuda"), seed=0)
+
+
+# SnapKV evicts; AdaKV-SnapKV masks slots per head (kvpress's fake keys at batch 1, the decode batch's per-head masks)
+@pytest.mark.parametrize("method", ["snapkv", "adakv_snapkv"])
+def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape(model, method):
     prompts = random_prompts(4, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=3)
-    reference = [generate_one(Decoding(model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(Decoding(model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
-    assert path.effective_decode_batch_size == 4
+    reference = [generate_one(Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
+    assert path.effective_decode_batch_size == 4 and path.fallback is None
     assert [g.token_ids for g in generations] == reference

@@ -58,8 +58,10 @@ def test_a_masking_press_runs_at_decode_batch_above_one_decoding_alone_and_a_dry
     alone = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 1)
     stacked = Cell("d", "qasper", "m", "adakv_snapkv", "question_aware", 0.5, 1, 8)
     assert problems_with(alone, measured=properties) == problems_with(stacked, measured=properties) == []
-    assert "decode one example at a time" in decode_note("adakv_snapkv", properties, 8)
-    assert decode_note("adakv_snapkv", properties, 1) is None and decode_note("snapkv", measure("snapkv"), 8) is None
+    assert "decode one example at a time" in decode_note("adakv_snapkv", properties, 8, "question_agnostic")
+    assert decode_note("adakv_snapkv", properties, 8, "question_aware") is None  # its rows decode together
+    assert decode_note("adakv_snapkv", properties, 1, "question_agnostic") is None
+    assert decode_note("snapkv", measure("snapkv"), 8, "question_agnostic") is None
 
 
 def test_a_masking_press_is_refused_in_the_modes_that_remove_a_shown_question():

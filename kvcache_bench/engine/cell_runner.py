@@ -58,7 +58,9 @@ def choose_strategy(
 
     ``press_while_decoding``: the press compresses while decoding (``presses_while_decoding``): batch 1 always,
     question-aware or question-agnostic. ``masks_slots``: the press hides slots through kvpress's per-model
-    masks (measured by its check job), which hold one sequence's: decoded at batch 1 (``MASKS_DECODE_ALONE``)."""
+    masks (measured by its check job), which hold one sequence's: question-aware, each example's masks go with its
+    snapshot into the decode batch; question-agnostic (a context's masks serve each of its questions' prefills) it
+    decodes at batch 1 (``MASKS_DECODE_ALONE``)."""
     if press_while_decoding:
         if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
             raise ValueError(
@@ -71,7 +73,7 @@ def choose_strategy(
     if mode.removes_the_question_it_showed:
         return Strategy.OTHER_QUESTION
     question_aware = mode == QuestionMode.QUESTION_AWARE
-    if decode_batch_size > 1 and not masks_slots and (question_aware or not quantised_cache):
+    if decode_batch_size > 1 and (question_aware or not (masks_slots or quantised_cache)):
         return Strategy.DECODE_MANY if question_aware else Strategy.SHARED_CONTEXTS_TOGETHER
     return Strategy.ONE_BY_ONE if question_aware else Strategy.SHARED_CONTEXT
 

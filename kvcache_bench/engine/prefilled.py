@@ -38,6 +38,10 @@ class PrefilledPrompt:
     # Per layer, per KV head: how many of the layer's slots are real (right-aligned), when heads of a layer
     # keep different counts (the other-question mode removes a question's slots per head); None: all of them.
     head_lengths: list[list[int]] | None = None
+    # Per layer, the slots a masking press (AdaKV, KVzip, ...) hid: [kv_heads, slots], True where hidden, None for a
+    # layer (or a press) that hid nothing. kvpress keeps these on the model's attention modules, one sequence's at a
+    # time; carried here, decode_together masks them per row and KV head, as kvpress's fake keys hide them at batch 1.
+    key_masks: list[torch.Tensor | None] | None = None
 
     @property
     def held_back_position(self) -> int:
@@ -48,15 +52,39 @@ class PrefilledPrompt:
         return self.head_lengths[layer] if self.head_lengths is not None else [self.keys[layer].shape[-2]]
 
 
-def stacking_obstacle(model, cache) -> str | None:
+def stacking_obstacle(model, cache, *, masks_carried: bool = False) -> str | None:
+    """Why this prefilled cache cannot join a decode batch (None: it can). ``masks_carried``: the caller takes the
+    press's per-head key masks into the snapshot (``take_key_masks``), so they are no obstacle."""
     from transformers import DynamicCache
 
     if type(cache) is not DynamicCache:
         return f"{type(cache).__name__} cannot be stacked into a batch"
-    for module in model.modules():
-        if getattr(module, "masked_key_indices", None) is not None:
-            return "the press masks keys per head (kept count differs across heads of a layer)"
+    if not masks_carried and any(getattr(m, "masked_key_indices", None) is not None for m in model.modules()):
+        return "the press masks keys per head (kept count differs across heads of a layer)"
     return None
+
+
+def take_key_masks(model, cache) -> list[torch.Tensor | None] | None:
+    """The slots a masking press hid in this one-sequence ``cache``, per layer ([kv_heads, slots], True where hidden),
+    taken off the model's attention modules (kvpress's ``masked_key_indices``), which are cleared: a batch decoded
+    next must not read one example's masks. None when no layer hid anything."""
+    layers = cache.layers
+    masks: list[torch.Tensor | None] = [None] * len(layers)
+    for module in model.modules():
+        indices = getattr(module, "masked_key_indices", None)
+        if indices is None:
+            continue
+        module.masked_key_indices = None
+        keys = layers[module.layer_idx].keys
+        if len(indices[0]) == 0:
+            continue
+        batch_indices, head_indices, slot_indices = indices[0], indices[1], indices[2]
+        if bool((batch_indices != 0).any()):
+            raise ValueError("key masks of more than one sequence cannot be taken from a one-sequence prefill")
+        hidden = torch.zeros(keys.shape[1], keys.shape[-2], dtype=torch.bool, device=keys.device)
+        hidden[head_indices, slot_indices] = True
+        masks[module.layer_idx] = hidden
+    return masks if any(mask is not None for mask in masks) else None
 
 
 @torch.inference_mode()
@@ -74,16 +102,24 @@ def prefill_prompt(model, prompt: PromptTokens, press, mode: QuestionMode, make_
 
 
 def prefilled_from_cache(
-    model, done: Prefill, prompt_tokens: int, *, copy: bool = True, held_back_ids: list[int] | None = None
+    model,
+    done: Prefill,
+    prompt_tokens: int,
+    *,
+    copy: bool = True,
+    held_back_ids: list[int] | None = None,
+    key_masks: bool = False,
 ) -> PrefilledPrompt:
     """Snapshot a prefilled batch-1 cache (``done``, of a prompt of ``prompt_tokens``); ``copy`` when the cache
-    lives on (a shared context rolled back next).
+    lives on (a shared context rolled back next); ``key_masks``: take a masking press's masks off the model into the
+    snapshot (``take_key_masks``: only where no later pass on this cache needs them on the model).
 
     Raises ValueError for a cache that cannot be stacked into a batch.
     """
-    obstacle = stacking_obstacle(model, done.cache)
+    obstacle = stacking_obstacle(model, done.cache, masks_carried=key_masks)
     if obstacle is not None:
         raise ValueError(obstacle)
+    masks = take_key_masks(model, done.cache) if key_masks else None
     layers = done.cache.layers
     keys = [layer.keys.clone() if copy else layer.keys for layer in layers]
     values = [layer.values.clone() if copy else layer.values for layer in layers]
@@ -96,6 +132,7 @@ def prefilled_from_cache(
         done.pressed_tokens,
         0.0,
         list(held_back_ids or []),
+        key_masks=masks,
     )
 
 

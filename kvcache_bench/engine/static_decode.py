@@ -165,6 +165,11 @@ class StaticDecodeState:
             lengths = [p.slot_lengths(layer) * (heads // len(p.slot_lengths(layer))) for p in prefilled]
             starts = prompt_width - torch.tensor(lengths, device=device).view(len(prefilled), heads, 1)
             real = (slots >= starts) & (slots < prompt_width)
+            # slots a masking press hid stay unread, as kvpress's fake keys hide them at batch 1
+            for row, p in enumerate(prefilled):
+                if p.key_masks is not None and p.key_masks[layer] is not None:
+                    hidden = p.key_masks[layer]
+                    real[row, :, prompt_width - hidden.shape[-1] : prompt_width] &= ~hidden
             mask.copy_((real | held.view(len(prefilled), 1, -1)).view(mask.shape))
             for row, p in enumerate(prefilled):
                 length = p.keys[layer].shape[-2]
@@ -296,7 +301,8 @@ def decode_together(
     widest = max(k.shape[-2] for p in prefilled for k in p.keys) + max(len(p.held_back_ids) for p in prefilled)
     first = prefilled[0].keys[0]
     blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
-    mask_heads = first.shape[1] if any(p.head_lengths is not None for p in prefilled) else 1
+    per_head = any(p.head_lengths is not None or p.key_masks is not None for p in prefilled)
+    mask_heads = first.shape[1] if per_head else 1
     shape = _DecodeShape(
         len(prefilled),
         _round_up(widest + max_new_tokens, CAPACITY_STEP),

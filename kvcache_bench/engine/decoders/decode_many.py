@@ -65,7 +65,7 @@ def generate_prefill_one_decode_many(
             model, prompt, settings.press, settings.mode, settings.make_cache, run_held_back=not batching
         )
         held_back = (prompt.context_ids + prompt.question_ids)[done.pressed_tokens :] if batching else []
-        obstacle = stacking_obstacle(model, done.cache) if batching else None
+        obstacle = stacking_obstacle(model, done.cache, masks_carried=True) if batching else None
         if not batching or obstacle is not None:  # decoded alone, from the cache it already has
             last_logits = done.last_logits
             if obstacle is not None:
@@ -78,7 +78,11 @@ def generate_prefill_one_decode_many(
             generations[index] = Generation(token_ids, prompt_length, done.kept_tokens, seconds, done.pressed_tokens)
             largest_batch = max(largest_batch, 1)
             continue
-        prefilled = prefilled_from_cache(model, done, prompt_length, copy=False, held_back_ids=held_back)
+        # a masking press's masks go with the snapshot (each example is prefilled afresh, so none is needed on the
+        # model again): its rows decode together, each hiding its own slots
+        prefilled = prefilled_from_cache(
+            model, done, prompt_length, copy=False, held_back_ids=held_back, key_masks=True
+        )
         del done
         synchronize(model.device)
         prefilled.seconds = time.perf_counter() - start
