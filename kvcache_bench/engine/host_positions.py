@@ -58,6 +58,13 @@ def is_prefilling(cache_position, q_len: int) -> bool:
     return last + 1 == q_len
 
 
+def forward_replaced(model) -> bool:
+    """Whether a press replaced the model's forward for its context (KVCompose runs the prompt a second time
+    inside it, passing the caller's arguments on): cache positions given to the first pass would reach the second,
+    which transformers would place after the first. Such a pass keeps transformers' own positions."""
+    return any("forward" in vars(module) for module in (model, getattr(model, "model", None)) if module is not None)
+
+
 def install() -> None:
     """Put ``is_prefilling`` in the place of kvpress's own in every kvpress module that calls it (idempotent)."""
     for name in KVPRESS_MODULES:

@@ -19,7 +19,7 @@ from kvcache_bench.engine.caches import (
     default_cache,
     mean_cache_length,
 )
-from kvcache_bench.engine.host_positions import cache_positions, install
+from kvcache_bench.engine.host_positions import cache_positions, forward_replaced, install
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
@@ -60,14 +60,14 @@ def prefill(model, cache, token_ids: list[int], press=None, start_position: int 
         # them. A press that runs the prompt again inside its hook (KVCompose) passes the caller's arguments on,
         # and explicit positions would put that second pass at 0..n-1 rather than after the prompt (n..2n-1).
         positions = None
-    extra = {}
-    past_seen = cache.get_seq_length()
-    if press is not None and isinstance(past_seen, int):
-        # the cache positions transformers would make, their last value known on the host: the press's hooks ask
-        # whether this pass is the prefill without a GPU sync per layer (engine.host_positions)
-        install()
-        extra["cache_position"] = cache_positions(past_seen, len(token_ids), device)
     with press_context(press, model):
+        extra = {}
+        past_seen = cache.get_seq_length()
+        if press is not None and isinstance(past_seen, int) and not forward_replaced(model):
+            # the cache positions transformers would make, their last value known on the host: the press's hooks ask
+            # whether this pass is the prefill without a GPU sync per layer (engine.host_positions)
+            install()
+            extra["cache_position"] = cache_positions(past_seen, len(token_ids), device)
         outputs = model(
             input_ids=torch.tensor([token_ids], device=device),
             past_key_values=cache,
