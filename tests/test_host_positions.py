@@ -73,10 +73,13 @@ def test_a_tensor_the_engine_did_not_make_is_asked_the_original_way():
 def test_a_press_that_replaces_the_models_forward_keeps_transformers_own_positions(model):
     """KVCompose runs the prompt a second time inside its replaced forward with the caller's arguments: positions
     given to the first pass would reach the second (kvpress parity broke on it), so none are given."""
+    from transformers import DynamicCache
+
     from kvcache_bench.engine.prefill import press_context
 
     with press_context(build_press("kvcompose", 0.5, seed=0), model):
         assert host_positions.forward_replaced(model)
+        model(input_ids=torch.tensor([random_prompt_ids(40, seed=3)]), past_key_values=DynamicCache(), use_cache=True)
     with press_context(build_press("snapkv", 0.5, seed=0), model):
         assert not host_positions.forward_replaced(model)
     assert not host_positions.forward_replaced(model)

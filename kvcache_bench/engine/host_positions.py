@@ -62,7 +62,12 @@ def forward_replaced(model) -> bool:
     """Whether a press replaced the model's forward for its context (KVCompose runs the prompt a second time
     inside it, passing the caller's arguments on): cache positions given to the first pass would reach the second,
     which transformers would place after the first. Such a pass keeps transformers' own positions."""
-    return any("forward" in vars(module) for module in (model, getattr(model, "model", None)) if module is not None)
+    for module in (model, getattr(model, "model", None)):
+        own = vars(module).get("forward") if module is not None else None
+        # KVCompose puts back the original bound method on exit: that one is the class's own forward again
+        if own is not None and getattr(own, "__func__", None) is not type(module).forward:
+            return True
+    return False
 
 
 def install() -> None:
