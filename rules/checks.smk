@@ -67,14 +67,14 @@ from kvcache_bench.workflow import wildcards_of
 def decode_notes():
     """What accepted cells will do other than their names say (a masking press, question-agnostic at decode batch
     32, decodes alone)."""
-    notes = {}
+    notes = {}  # by their text: a note that names no question mode is printed once for all of a cell's modes
     for cell in STUDY_CELLS:
         decode = int(cell["decode_batch_size"])
         properties = parse_time_properties(cell["method"], config)
         note = decode_note(cell["method"], properties, decode, cell["question_mode"])
         if note:
-            notes[(cell["method"], decode, cell["question_mode"])] = note
-    return list(notes.values())
+            notes[note] = None
+    return list(notes)
 
 
 def announce_before_any_job():

@@ -55,14 +55,14 @@ def prefill(model, cache, token_ids: list[int], press=None, start_position: int 
             logits = prefill(model, cache, [token], None, start_position + offset)
         return logits
     positions = torch.arange(start_position, start_position + len(token_ids), device=device).unsqueeze(0)
-    if start_position == 0 and cache.get_seq_length() == 0:
+    past_seen = cache.get_seq_length()
+    if start_position == 0 and past_seen == 0:
         # An empty cache's positions are transformers' own (0..n-1): left implicit, as kvpress's pipeline leaves
         # them. A press that runs the prompt again inside its hook (KVCompose) passes the caller's arguments on,
         # and explicit positions would put that second pass at 0..n-1 rather than after the prompt (n..2n-1).
         positions = None
     with press_context(press, model):
         extra = {}
-        past_seen = cache.get_seq_length()
         if press is not None and isinstance(past_seen, int) and not forward_replaced(model):
             # the cache positions transformers would make, their last value known on the host: the press's hooks ask
             # whether this pass is the prefill without a GPU sync per layer (engine.host_positions)
