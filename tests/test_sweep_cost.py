@@ -9,9 +9,13 @@ from kvcache_bench.analysis.sweep_cost import sweep_cost
 from kvcache_bench.files import write_jsonl_atomic
 
 
-def _cell(tmp_path, name, *, ended, job_seconds, seconds, worker):
+def _cell(tmp_path, name, *, ended, job_seconds, seconds, worker, warmup=0.5, captures=None):
     predictions = tmp_path / f"{name}.jsonl"
-    write_jsonl_atomic(predictions, [{"seconds": s, "warmup_seconds": 0.5} for s in seconds])
+    captures = captures or [0.0] * len(seconds)
+    write_jsonl_atomic(
+        predictions,
+        [{"seconds": s, "warmup_seconds": warmup, "graph_capture_seconds": c} for s, c in zip(seconds, captures)],
+    )
     manifest = {"created_utc": datetime.fromtimestamp(ended, UTC).isoformat(timespec="seconds")}
     if worker:
         manifest["worker"] = worker
@@ -43,3 +47,17 @@ def test_a_sweep_over_two_calls_is_costed_per_worker_without_the_gap_between_the
     assert report["wall_seconds"] == 3620.0 and report["wall_seconds_within_workers"] == 40.0
     assert [(w["pid"], w["cells"], w["wall_seconds"]) for w in report["per_worker"]] == [(7, 1, 20.0), (9, 1, 20.0)]
     assert [w["wall_over_work_plus_loads"] for w in report["per_worker"]] == [1.0, 1.0]
+
+
+def test_graph_captures_are_one_time_costs_beside_the_warm_ups_not_work(tmp_path):
+    """A worker warms up in its first cell only and captures a decode shape's graph once: both are counted with
+    the warm-ups, out of the work, so a sweep's cost says what its one-time costs were."""
+    worker = {"host": "h", "pid": 7, "loaded_at": 1.0, "start_seconds": 10.0}
+    first = _cell(tmp_path, "a", ended=1_000_020, job_seconds=20, seconds=[4.0, 4.0], worker=worker, warmup=2.0,
+                  captures=[0.25, 0.25])
+    later = _cell(tmp_path, "b", ended=1_000_030, job_seconds=10, seconds=[8.0], worker=worker, warmup=0.0)
+    report = sweep_cost(*map(list, zip(first, later)))
+    assert report["work_seconds"] == 16.0 and report["graph_capture_seconds"] == 0.5
+    assert report["cell_warmup_seconds"] == 2.5
+    assert report["wall_over_work_plus_loads"] == round(30 / 26, 2)
+    assert report["wall_over_work_plus_loads_and_warmups"] == round(30 / 28.5, 2)

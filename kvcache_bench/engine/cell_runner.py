@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 
 import torch
@@ -15,8 +14,9 @@ from kvcache_bench.engine.decoders.press_while_decoding import (
     presses_while_decoding,
 )
 from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation, decode_answer
-from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
+from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention
 from kvcache_bench.engine.static_decode import decode_mode
+from kvcache_bench.engine.warm_ups import warm_up_kind, warm_up_once
 from kvcache_bench.methods.registry import (
     attention_implementation_for,
     build_press,
@@ -27,7 +27,7 @@ from kvcache_bench.methods.registry import (
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE, check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
-from kvcache_bench.study.prompt_tokens import PromptTokens, build_prompt_tokens, extra_stop_ids, vocabulary_problem
+from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, row_prompt_tokens, vocabulary_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
@@ -36,8 +36,9 @@ log = logging.getLogger(__name__)
 
 SECONDS_COVER = (
     "this example's prefill and compression (a shared context's split equally among its questions) plus its decode:"
-    " alone, or an equal share of its decode batch's wall time (a CUDA graph capture included when that batch"
-    " captured one); model loading and the cell's GPU warm-up (warmup_seconds) excluded"
+    " alone, or an equal share of its decode batch's wall time; excluded: model loading, the GPU warm-up"
+    " (warmup_seconds: one unmeasured example, once per model for each strategy and press, so 0 in a worker's later"
+    " cells) and a CUDA graph capture for a decode batch shape the model met first (graph_capture_seconds)"
 )
 
 
@@ -152,6 +153,7 @@ def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, a
         "truncation": "longbench_pred_py",
         "shared_context_questions": generation.shared_context_questions,
         "seconds": generation.seconds,
+        "graph_capture_seconds": generation.graph_capture_seconds,
         "seconds_cover": SECONDS_COVER,
         **setting,
     }
@@ -227,23 +229,6 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
     return tokenizer, CellGenerator(decoding, strategy)
 
 
-def warm_up(
-    generator: CellGenerator, prompts: list[PromptTokens], others: list[list[int]] | None, chunks: list[list[int]]
-) -> float:
-    """Seconds of one unmeasured run of the first chunk, on copies of its first prompt.
-
-    The first chunk on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and the decode graph's
-    capture (seconds): measured, it would land on the cell's first examples.
-    """
-    started = time.perf_counter()
-    first, size = chunks[0][0], len(chunks[0])
-    generator.generate([prompts[first]] * size, others and [others[first]] * size)
-    synchronize(generator.decoding.model.device)
-    seconds = time.perf_counter() - started
-    log.info("warm-up (unmeasured): %.2fs", seconds)
-    return seconds
-
-
 def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: list[list[int]] | None) -> list[int]:
     """How many tokens the press compresses for each prompt in ``mode``
     (``others``: the other questions' pressed tokens)."""
@@ -273,10 +258,7 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     elif run.mode == QuestionMode.SAME_QUESTION:
         partner = {row["_id"]: row["_id"] for row in rows}
     limit = run.model_settings.max_context_tokens
-    prompts = [
-        build_prompt_tokens(tokenizer, run.task, row["context"], row["input"], limit, row.get("answer_prefix") or "")
-        for row in rows
-    ]
+    prompts = [row_prompt_tokens(tokenizer, run.task, row, limit) for row in rows]
     vocabulary = generator.decoding.model.get_input_embeddings().num_embeddings
     ids = [str(row.get("_id")) for row in rows]
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
@@ -292,6 +274,18 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
         generator.strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
     )
     return PreparedCell(rows, prompts, others, partner, chunks)
+
+
+def warm_up(generator: CellGenerator, cell: PreparedCell) -> float:
+    """Seconds of one unmeasured run of the cell's first example, if its model has not yet run this strategy with
+    this press's classes (``engine.warm_ups``); 0.0 otherwise."""
+    first = cell.chunks[0][0]
+    decoding = generator.decoding
+    return warm_up_once(
+        decoding.model,
+        warm_up_kind(generator.strategy.value, decoding.press),
+        lambda: generator.generate([cell.prompts[first]], cell.others and [cell.others[first]]),
+    )
 
 
 def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_seconds: float) -> dict:
@@ -351,11 +345,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
         )
     ):
         raise ValueError(problem)  # the check job refused what it could tell without the prompts
-    warmup_seconds = (
-        warm_up(generator, cell.prompts, cell.others, cell.chunks)
-        if model.device.type == "cuda" and cell.chunks
-        else 0.0
-    )
+    warmup_seconds = warm_up(generator, cell) if cell.chunks else 0.0
     setting = cell_setting(run, generator, construction, warmup_seconds)
     slot_bytes, full_slot_bytes = kv_bytes_per_token(model, setting["kv_cache_bits"]), kv_bytes_per_token(model)
     bar = tqdm(

@@ -56,6 +56,8 @@ class Generation:
     pressed_tokens: int = 0  # how many tokens the press saw (context, or context + question but its last token)
     shared_context_questions: int = 1  # questions answered from this one compressed context
     kept_context_slots: float | None = None  # mean over layers and KV heads of slots holding context; None: not traced
+    # its share of a CUDA graph capture its decode batch paid (a shape the model met first): left out of ``seconds``
+    graph_capture_seconds: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -114,6 +116,13 @@ class _DecodeShape:
     max_new_tokens: int
     blocked_ids: tuple[int, ...]  # stop ids forbidden while count < min_new_tokens (empty: no blocking)
     min_new_tokens: int
+
+    def nbytes(self) -> int:
+        """Bytes a state of this shape holds on the device: keys, values, masks and generated ids (its graph's own
+        pool is small beside them)."""
+        slots = self.rows * self.capacity
+        cache = 2 * self.layers * slots * self.kv_heads * self.head_dim * self.dtype.itemsize
+        return cache + self.layers * slots * self.mask_heads + self.rows * self.max_new_tokens * 8
 
 
 class StaticDecodeState:
@@ -237,8 +246,10 @@ class StaticDecodeState:
         self.slot.add_(1)
         self.count.add_(1)
 
-    def capture(self, model) -> None:
-        """Capture ``step`` as a CUDA graph; the buffers are left as ``load`` set them."""
+    def capture(self, model) -> float:
+        """Capture ``step`` as a CUDA graph; the buffers are left as ``load`` set them. Returns its seconds."""
+        torch.cuda.synchronize(self.tokens.device)
+        started = time.perf_counter()
         saved = [t.clone() for t in (self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks)]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -255,6 +266,8 @@ class StaticDecodeState:
         ):
             tensor.copy_(value)
         self.graph = graph
+        torch.cuda.synchronize(self.tokens.device)
+        return time.perf_counter() - started
 
     def advance(self, model) -> None:
         self.graph.replay() if self.graph is not None else self.step(model)
@@ -269,20 +282,64 @@ def decode_mode(model) -> str:
     return "cuda_graph" if _graphs_wanted(model) else "eager"
 
 
+# Decode states a model keeps, each with its captured graph, so a worker that serves many cells captures a batch
+# shape once (a sweep's cells share a few shapes: the full batch and each cell's last, shorter one).
+DECODE_STATES_SHARE = 0.1
+
+
+def decode_states_budget(device: torch.device) -> float:
+    """Bytes the held decode states may take: 10% of the GPU's memory; on the CPU none beyond the newest (no graph
+    to keep, and a state is quick to allocate)."""
+    if device.type != "cuda":
+        return 0.0
+    return DECODE_STATES_SHARE * torch.cuda.get_device_properties(device).total_memory
+
+
+def held_decode_states(model) -> OrderedDict:
+    """The model's decode states by shape, least recently used first."""
+    states = getattr(model, "_kvbench_decode_states", None)
+    if states is None:
+        states = OrderedDict()
+        model._kvbench_decode_states = states
+    return states
+
+
+def release_decode_states(model) -> None:
+    """Let go of every decode state (and graph) the model holds."""
+    held_decode_states(model).clear()
+
+
 def _state_for(model, shape: _DecodeShape) -> StaticDecodeState:
-    """This model's decode state for ``shape``, reused (with its graph) while batches keep the same shape.
+    """This model's decode state for ``shape``, reused (with its graph) whenever a batch has that shape again.
 
-    One state is held per model: a second would keep a second batch of caches on the device.
+    States are kept per shape, least recently used let go first once they would pass ``decode_states_budget``; a
+    shape larger than the budget alone is held by itself.
     """
-    held = getattr(model, "_kvbench_decode_state", None)
-    if held is not None and held.shape == shape:
-        return held
-    model._kvbench_decode_state = None  # free the old buffers and graph pool before allocating new ones
-    model._kvbench_decode_state = StaticDecodeState(shape, model.device)
-    return model._kvbench_decode_state
+    states = held_decode_states(model)
+    if shape in states:
+        states.move_to_end(shape)
+        return states[shape]
+    budget = decode_states_budget(model.device) - shape.nbytes()
+    while states and sum(held.nbytes() for held in states) > budget:
+        states.popitem(last=False)  # freed before the new one is allocated: two large batches never coexist
+    states[shape] = StaticDecodeState(shape, model.device)
+    return states[shape]
 
 
-@torch.inference_mode()
+@dataclass(frozen=True)
+class TimedDecode:
+    """A decode batch's tokens per row, its wall time less any graph capture, and that capture's seconds."""
+
+    token_ids: list[list[int]]
+    seconds: float
+    graph_capture_seconds: float
+
+    def shares(self) -> tuple[float, float]:
+        """(decode seconds, capture seconds) of each row: an equal share of the batch's."""
+        rows = max(1, len(self.token_ids))
+        return self.seconds / rows, self.graph_capture_seconds / rows
+
+
 def decode_together(
     model,
     prefilled: list[PrefilledPrompt],
@@ -294,10 +351,27 @@ def decode_together(
     """Greedy-decode stacked compressed caches; row r's token k (k >= 1) is fed at position prompt_tokens_r + k - 1.
 
     Every step runs on pre-allocated buffers (``StaticDecodeState``); on a GPU the step is a CUDA graph,
-    captured once per batch shape and replayed. Tokens stay on the device and are read back every
-    ``sync_every`` steps, only to stop early once every row has stopped; a row that stopped decodes on
-    until then, and what it generated after its stop is discarded.
+    captured once per batch shape and kept with the model (``_state_for``), so later batches and cells of that
+    shape replay it. Tokens stay on the device and are read back every ``sync_every`` steps, only to stop early
+    once every row has stopped; a row that stopped decodes on until then, and what it generated after its stop
+    is discarded.
     """
+    return decode_together_timed(model, prefilled, max_new_tokens, stop_ids, min_new_tokens, sync_every).token_ids
+
+
+@torch.inference_mode()
+def decode_together_timed(
+    model,
+    prefilled: list[PrefilledPrompt],
+    max_new_tokens: int,
+    stop_ids: set[int],
+    min_new_tokens: int = 0,
+    sync_every: int = 16,
+) -> TimedDecode:
+    """``decode_together`` timed on the device: a graph capture (a shape this model meets for the first time) is
+    timed apart, as a one-time cost like a warm-up, not as this batch's work."""
+    started = time.perf_counter()
+    capture_seconds = 0.0
     widest = max(k.shape[-2] for p in prefilled for k in p.keys) + max(len(p.held_back_ids) for p in prefilled)
     first = prefilled[0].keys[0]
     blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
@@ -319,7 +393,7 @@ def decode_together(
         state = _state_for(model, shape)
         state.load(model, prefilled, stop_ids)
         if _graphs_wanted(model) and state.graph is None:
-            state.capture(model)
+            capture_seconds = state.capture(model)
         done = 1
         while done < max_new_tokens:
             steps = min(sync_every, max_new_tokens - done)
@@ -337,7 +411,9 @@ def decode_together(
             if token in stop_ids:
                 break
         generated.append(out)
-    return generated
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)
+    return TimedDecode(generated, time.perf_counter() - started - capture_seconds, capture_seconds)
 
 
 def _all_stopped(tokens: torch.Tensor, stop_ids: set[int]) -> bool:

@@ -24,7 +24,7 @@ from kvcache_bench.engine.loading import stop_token_ids
 from kvcache_bench.engine.prefill import press_context
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.prompt_tokens import build_prompt_tokens
+from kvcache_bench.study.prompt_tokens import row_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode
 
 
@@ -42,9 +42,7 @@ def attention_sink_report(model, tokenizer, rows: list[dict], task: str, max_con
     """Per-layer attention on position 0, averaged over ``rows``' prompts (as the engine builds them)."""
     per_row, lengths = [], []
     for row in rows:
-        prompt = build_prompt_tokens(
-            tokenizer, task, row["context"], row["input"], max_context_tokens, row.get("answer_prefix") or ""
-        )
+        prompt = row_prompt_tokens(tokenizer, task, row, max_context_tokens)
         per_row.append(attention_on_first_position(model, prompt.context_ids + prompt.question_ids))
         lengths.append(prompt.length)
     layers = len(per_row[0])
@@ -116,10 +114,7 @@ def padding_effect(model, tokenizer, rows: list[dict], run: CellRun) -> dict:
     task, method, retention, batch_size = run.task, run.method, run.retention, run.batch_size
     max_new_tokens, method_kwargs, seed = run.max_new_tokens, run.method_kwargs, run.seed
     max_context_tokens = run.model_settings.max_context_tokens
-    prompts = [
-        build_prompt_tokens(tokenizer, task, r["context"], r["input"], max_context_tokens, r.get("answer_prefix") or "")
-        for r in rows
-    ]
+    prompts = [row_prompt_tokens(tokenizer, task, r, max_context_tokens) for r in rows]
     stop_ids = stop_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 

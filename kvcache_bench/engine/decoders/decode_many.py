@@ -11,7 +11,7 @@ from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill, prefill_example
 from kvcache_bench.engine.prefilled import PrefilledPrompt, prefilled_from_cache, stacking_obstacle
-from kvcache_bench.engine.static_decode import decode_memory_budget, decode_together
+from kvcache_bench.engine.static_decode import decode_memory_budget, decode_together_timed
 from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
@@ -44,15 +44,18 @@ def generate_prefill_one_decode_many(
         nonlocal largest_batch
         if not pending:
             return
-        start = time.perf_counter()
-        outputs = decode_together(
+        decoded = decode_together_timed(
             model, [p for _, p in pending], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
         )
-        synchronize(model.device)
-        share = (time.perf_counter() - start) / len(pending)
-        for (index, p), token_ids in zip(pending, outputs):
+        share, capture = decoded.shares()
+        for (index, p), token_ids in zip(pending, decoded.token_ids):
             generations[index] = Generation(
-                token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens
+                token_ids,
+                p.prompt_tokens,
+                p.kept_tokens,
+                p.seconds + share,
+                p.pressed_tokens,
+                graph_capture_seconds=capture,
             )
         largest_batch = max(largest_batch, len(pending))
         pending.clear()

@@ -15,7 +15,7 @@ from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill
 from kvcache_bench.engine.prefilled import PrefilledPrompt
 from kvcache_bench.engine.slot_positions import KeptPositions, context_slots
-from kvcache_bench.engine.static_decode import decode_together
+from kvcache_bench.engine.static_decode import decode_together_timed
 from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
@@ -131,13 +131,11 @@ def generate_other_question(
     generations = []
     for start in range(0, len(rows), decode_batch_size):
         batch = rows[start : start + decode_batch_size]
-        started = time.perf_counter()
-        outputs = decode_together(
+        decoded = decode_together_timed(
             model, [p for p, _, _ in batch], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
         )
-        synchronize(model.device)
-        decode_share = (time.perf_counter() - started) / len(batch)
-        for (p, compressed, questions), token_ids in zip(batch, outputs):
+        decode_share, capture = decoded.shares()
+        for (p, compressed, questions), token_ids in zip(batch, decoded.token_ids):
             generations.append(
                 Generation(
                     token_ids,
@@ -147,6 +145,7 @@ def generate_other_question(
                     p.pressed_tokens,
                     questions,
                     kept_context_slots=compressed.kept_context_slots,
+                    graph_capture_seconds=capture,
                 )
             )
     largest = min(decode_batch_size, len(rows))

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
 from kvcache_bench.engine.greedy import DecodePath, Generation
-from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefilled import PrefilledPrompt, prefilled_shared_context
-from kvcache_bench.engine.static_decode import decode_together
+from kvcache_bench.engine.static_decode import decode_together_timed
 from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
@@ -28,13 +25,21 @@ def generate_shared_contexts_together(
             model, group[0].context_ids, [p.question_ids for p in group], settings.press
         )
         sizes += [len(group)] * len(group)
-    start = time.perf_counter()
-    outputs = decode_together(model, prefilled, settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens)
-    synchronize(model.device)
-    share = (time.perf_counter() - start) / len(prefilled)
+    decoded = decode_together_timed(
+        model, prefilled, settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
+    )
+    share, capture = decoded.shares()
     generations = [
-        Generation(token_ids, p.prompt_tokens, p.kept_tokens, p.seconds + share, p.pressed_tokens, size)
-        for p, token_ids, size in zip(prefilled, outputs, sizes)
+        Generation(
+            token_ids,
+            p.prompt_tokens,
+            p.kept_tokens,
+            p.seconds + share,
+            p.pressed_tokens,
+            size,
+            graph_capture_seconds=capture,
+        )
+        for p, token_ids, size in zip(prefilled, decoded.token_ids, sizes)
     ]
     return generations, DecodePath(settings.decode_batch_size, len(prefilled), None)
 
