@@ -50,7 +50,7 @@ def timed_decode(model, prefilled, new_tokens: int, graphs: bool) -> float:
         decode_together(model, prefilled, new_tokens, set())
         if model.device.type == "cuda":
             torch.cuda.synchronize()
-    model._kvbench_decode_state = None
+    static_decode.release_decode_states(model)
     return (time.perf_counter() - start) / (new_tokens - 1)
 
 
