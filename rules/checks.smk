@@ -65,13 +65,13 @@ from kvcache_bench.workflow import wildcards_of
 
 
 def decode_notes():
-    """What accepted cells will do other than their names say (a masking press, question-agnostic at decode batch
-    32, decodes alone)."""
+    """What accepted cells will do other than their names say (a press that compresses while decoding, at decode
+    batch 32, decodes alone)."""
     notes = {}  # by their text: a note that names no question mode is printed once for all of a cell's modes
     for cell in STUDY_CELLS:
         decode = int(cell["decode_batch_size"])
         properties = parse_time_properties(cell["method"], config)
-        note = decode_note(cell["method"], properties, decode, cell["question_mode"])
+        note = decode_note(cell["method"], properties, decode)
         if note:
             notes[note] = None
     return list(notes)

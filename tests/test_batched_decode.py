@@ -130,6 +130,47 @@ def test_a_press_that_masks_keys_per_head_decodes_together_with_the_batch_one_an
     assert not any(getattr(m, "masked_key_indices", None) is not None for m in model.modules())  # taken off
 
 
+def shared_context_prompts() -> list[PromptTokens]:
+    """Two contexts of two questions each, in a row: a question-agnostic cell compresses each context once."""
+    contexts = random_prompts([(120, 6), (260, 9)], seed=11)
+    questions = random_prompts([(1, 7), (1, 4), (1, 10), (1, 5)], seed=12)
+    return [PromptTokens(contexts[i // 2].context_ids, questions[i].question_ids) for i in range(4)]
+
+
+def shared_contexts_batched(model, prompts, method, decode_batch_size=4):
+    from kvcache_bench.engine.decoders import shared_contexts_together
+
+    settings = Decoding(model, press_for(method), QuestionMode.QUESTION_AGNOSTIC, NEW_TOKENS, STOP, decode_batch_size=decode_batch_size)
+    generations, path = shared_contexts_together.decode(settings, prompts)
+    return [g.token_ids for g in generations], path
+
+
+@pytest.mark.parametrize("method", MASKING_METHODS)
+def test_a_masking_press_question_agnostic_decodes_its_shared_contexts_together_with_the_batch_one_answers(method):
+    """Question-agnostic, a context's masks hide its slots from each of its questions' prefills (kvpress's fake keys)
+    and each question's row carries a copy into the decode batch: the greedy ids of compressing the context for each
+    question alone. Nothing is left on the model for the next context."""
+    model = demo_shaped_llama(attention_implementation_for(method, "sdpa"))
+    prompts = shared_context_prompts()
+    expected = engine_tokens(model, prompts, method, QuestionMode.QUESTION_AGNOSTIC)
+    tokens, path = shared_contexts_batched(model, prompts, method)
+    assert tokens == expected and path.effective_decode_batch_size == 4 and path.fallback is None
+    assert not any(getattr(m, "masked_key_indices", None) is not None for m in model.modules())
+
+
+def test_a_shared_contexts_masks_are_what_keeps_its_batch_equal_to_decoding_alone(monkeypatch):
+    """Not vacuous: with the masks left out of the question-agnostic snapshots, the batch answers differently."""
+    import kvcache_bench.engine.prefilled as prefilled
+
+    model = demo_shaped_llama("sdpa")
+    prompts = shared_context_prompts()
+    expected = engine_tokens(model, prompts, "adakv_snapkv", QuestionMode.QUESTION_AGNOSTIC)
+    original = prefilled.take_key_masks
+    monkeypatch.setattr(prefilled, "take_key_masks", lambda model, cache, **how: original(model, cache, **how) and None)
+    tokens, _ = shared_contexts_batched(model, prompts, "adakv_snapkv")
+    assert tokens != expected
+
+
 def test_masked_slots_are_what_keeps_a_masking_press_batch_equal_to_decoding_alone(monkeypatch):
     """The parity above is not vacuous: with the masks dropped from the snapshots, the batch answers differently."""
     import kvcache_bench.engine.prefilled as prefilled
@@ -139,8 +180,8 @@ def test_masked_slots_are_what_keeps_a_masking_press_batch_equal_to_decoding_alo
     expected = engine_tokens(model, prompts, "adakv_snapkv", QuestionMode.QUESTION_AWARE)
     original = prefilled.take_key_masks
 
-    def dropped(model, cache):
-        original(model, cache)  # cleared off the model as usual, but not carried
+    def dropped(model, cache, **how):
+        original(model, cache, **how)  # cleared off the model as usual, but not carried
         return None
 
     monkeypatch.setattr(prefilled, "take_key_masks", dropped)
@@ -148,17 +189,26 @@ def test_masked_slots_are_what_keeps_a_masking_press_batch_equal_to_decoding_alo
     assert tokens != expected
 
 
-def test_a_quantised_or_shared_context_masking_press_still_says_why_it_decodes_alone():
-    """Where masks cannot travel (a shared context's masks serve each of its questions' prefills), the snapshot
-    refuses them rather than dropping them silently."""
+def test_each_question_of_a_masked_shared_context_carries_the_contexts_masks_and_the_model_none_after():
+    """A shared context's masks serve each of its questions' prefills, then travel with every question's snapshot: the
+    same hidden context slots in each, none among the question's own; nothing stays on the model."""
     from kvpress import AdaKVPress, SnapKVPress
 
     from kvcache_bench.engine.prefilled import prefilled_shared_context
 
     model = demo_shaped_llama("sdpa")
     prompt = random_prompts(SHAPES[:1])[0]
-    with pytest.raises(ValueError, match="per head"):
-        prefilled_shared_context(model, prompt.context_ids, [prompt.question_ids], AdaKVPress(SnapKVPress(0.5)))
+    questions = [prompt.question_ids, prompt.question_ids[:3]]
+    snapshots = prefilled_shared_context(model, prompt.context_ids, questions, AdaKVPress(SnapKVPress(0.5)))
+    first, second = (s.key_masks for s in snapshots)
+    assert any(m is not None and bool(m.any()) for m in first)
+    for layer, (a, b) in enumerate(zip(first, second)):
+        if a is None:
+            assert b is None
+            continue
+        context_slots = snapshots[0].keys[layer].shape[-2] - len(questions[0])
+        assert torch.equal(a[:, :context_slots], b[:, :context_slots]) and not a[:, context_slots:].any()
+    assert not any(getattr(m, "masked_key_indices", None) is not None for m in model.modules())
 
 
 def test_model_attention_is_restored_after_batched_decoding():

@@ -89,24 +89,18 @@ def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_mode
 
 
 @pytest.mark.parametrize("method", ["adakv_snapkv", "kvzip"])
-def test_a_masking_press_decodes_together_question_aware_and_alone_question_agnostic_with_the_same_answers(rows, demo_model, method):
-    """kvpress keeps one sequence's masks on the model. Question-aware, each example's masks travel with its snapshot
-    and decode batch 4 decodes together; question-agnostic, a context's masks serve each of its questions' prefills,
-    so the cell decodes one example at a time, each record naming why. Answers equal decode batch 1's either way."""
-    from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE
-
+def test_a_masking_press_decodes_together_in_both_question_modes_with_the_same_answers(rows, demo_model, method):
+    """kvpress keeps one sequence's masks on the model. Question-aware, each example's masks travel with its snapshot;
+    question-agnostic, a context's masks stay on the model through each of its questions' prefills and each question's
+    snapshot carries a copy. Decode batch 4 decodes together either way, with decode batch 1's answers."""
     for mode in ("question_aware", "question_agnostic"):
         alone = cell(rows, demo_model, mode, method=method)
-        asked = cell(rows, demo_model, mode, method=method, decode_batch_size=4, masks_slots=True)
+        asked = cell(rows, demo_model, mode, method=method, decode_batch_size=4)
         assert [r["prediction"] for r in asked] == [r["prediction"] for r in alone], mode
         assert [r["kept_tokens"] for r in asked] == [r["kept_tokens"] for r in alone], mode
-        assert {r["decode_fallback"] for r in alone} == {None}
-        if mode == "question_aware":
-            assert [r["effective_decode_batch_size"] for r in asked] == [4, 4, 4, 4, 2, 2]  # 6 rows: batches of 4 and 2
-            assert {r["decode_fallback"] for r in asked} == {None}
-        else:
-            assert all(r["decode_batch_size"] == 4 and r["effective_decode_batch_size"] == 1 for r in asked)
-            assert {r["decode_fallback"] for r in asked} == {MASKS_DECODE_ALONE}
+        assert {r["decode_fallback"] for r in alone} == {r["decode_fallback"] for r in asked} == {None}
+        # 6 rows, 2 questions per context: batches of 4 and 2 (whole contexts packed, question-agnostic)
+        assert [r["effective_decode_batch_size"] for r in asked] == [4, 4, 4, 4, 2, 2], mode
         assert {r["decode_steps"] for r in asked} == {"eager"}
 
 

@@ -77,10 +77,8 @@ def sweep_cost(predictions: list[str], benchmarks: list[str]) -> dict:
         for key, group in sorted(by_worker.items(), key=lambda item: item[0][2])
     ]
     return {
-        **{
-            k: whole[k]
-            for k in ("cells", "examples", "wall_seconds", "work_seconds", "cell_warmup_seconds", "graph_capture_seconds")
-        },
+        **{k: whole[k] for k in ("cells", "examples", "wall_seconds", "work_seconds", "cell_warmup_seconds")},
+        "graph_capture_seconds": whole["graph_capture_seconds"],
         "model_workers": len(workers),
         "worker_start_seconds": round(loads, 2),
         "jobs_that_loaded_their_own_model": own_loads,

@@ -25,7 +25,7 @@ from kvcache_bench.methods.registry import (
     press_construction,
 )
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.cell_checks import MASKS_DECODE_ALONE, check_setting
+from kvcache_bench.study.cell_checks import check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
 from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, row_prompt_tokens, vocabulary_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS
@@ -53,15 +53,12 @@ def choose_strategy(
     decode_batch_size: int,
     quantised_cache: bool,
     press_while_decoding: bool = False,
-    masks_slots: bool = False,
 ) -> Strategy:
     """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations).
 
     ``press_while_decoding``: the press compresses while decoding (``presses_while_decoding``): batch 1 always,
-    question-aware or question-agnostic. ``masks_slots``: the press hides slots through kvpress's per-model
-    masks (measured by its check job), which hold one sequence's: question-aware, each example's masks go with its
-    snapshot into the decode batch; question-agnostic (a context's masks serve each of its questions' prefills) it
-    decodes at batch 1 (``MASKS_DECODE_ALONE``)."""
+    question-aware or question-agnostic. A press that hides slots through kvpress's per-model masks decodes together
+    like any other: each example's (or shared context's) masks go with its snapshot into the decode batch."""
     if press_while_decoding:
         if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
             raise ValueError(
@@ -74,7 +71,7 @@ def choose_strategy(
     if mode.removes_the_question_it_showed:
         return Strategy.OTHER_QUESTION
     question_aware = mode == QuestionMode.QUESTION_AWARE
-    if decode_batch_size > 1 and (question_aware or not (masks_slots or quantised_cache)):
+    if decode_batch_size > 1 and (question_aware or not quantised_cache):
         return Strategy.DECODE_MANY if question_aware else Strategy.SHARED_CONTEXTS_TOGETHER
     return Strategy.ONE_BY_ONE if question_aware else Strategy.SHARED_CONTEXT
 
@@ -199,10 +196,6 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
         decode_batch_size=run.decode_batch_size,
         quantised_cache=get_method(method, custom).kv_cache_bits is not None,
         press_while_decoding=presses_while_decoding(press) is not None,
-        masks_slots=run.masks_slots,
-    )
-    decode_alone = (
-        run.masks_slots and run.decode_batch_size > 1 and strategy in (Strategy.ONE_BY_ONE, Strategy.SHARED_CONTEXT)
     )
     log.info(
         "method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
@@ -224,7 +217,6 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
         min_new_tokens=1 if run.task in NEWLINE_STOP_TASKS else 0,
         pad_token_id=tokenizer.pad_token_id or 0,
         decode_batch_size=run.decode_batch_size,
-        decode_fallback=MASKS_DECODE_ALONE if decode_alone else None,
     )
     return tokenizer, CellGenerator(decoding, strategy)
 
@@ -328,8 +320,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     (``kvcache_bench.engine.decoders.decode_many``: safe with eviction). ``loaded`` is a model a worker
     loaded already for these settings and this method's attention (``kvcache_bench.runtime.worker``).
     In the other-question mode a row that is the only question on its context has no record (the cell's
-    count says how many it could use). ``run.masks_slots``: the method's check measured that it hides slots through
-    kvpress's per-model masks, so a decode batch > 1 decodes its examples one at a time (said in each record).
+    count says how many it could use).
     """
     from tqdm import tqdm
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache
+from kvcache_bench.engine.caches import clear_key_masks, default_cache
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import Prefill, prefill_example, prefill_shared_context
 from kvcache_bench.study.prompt_tokens import PromptTokens
@@ -64,17 +64,19 @@ def stacking_obstacle(model, cache, *, masks_carried: bool = False) -> str | Non
     return None
 
 
-def take_key_masks(model, cache) -> list[torch.Tensor | None] | None:
+def take_key_masks(model, cache, *, clear: bool = True) -> list[torch.Tensor | None] | None:
     """The slots a masking press hid in this one-sequence ``cache``, per layer ([kv_heads, slots], True where hidden),
-    taken off the model's attention modules (kvpress's ``masked_key_indices``), which are cleared: a batch decoded
-    next must not read one example's masks. None when no layer hid anything."""
+    taken off the model's attention modules (kvpress's ``masked_key_indices``), which are cleared (``clear``): a
+    batch decoded next must not read one example's masks. A shared context's masks stay (``clear=False``) while its
+    next question's prefill still needs them. None when no layer hid anything."""
     layers = cache.layers
     masks: list[torch.Tensor | None] = [None] * len(layers)
     for module in model.modules():
         indices = getattr(module, "masked_key_indices", None)
         if indices is None:
             continue
-        module.masked_key_indices = None
+        if clear:
+            module.masked_key_indices = None
         keys = layers[module.layer_idx].keys
         if len(indices[0]) == 0:
             continue
@@ -109,17 +111,18 @@ def prefilled_from_cache(
     copy: bool = True,
     held_back_ids: list[int] | None = None,
     key_masks: bool = False,
+    clear_masks: bool = True,
 ) -> PrefilledPrompt:
     """Snapshot a prefilled batch-1 cache (``done``, of a prompt of ``prompt_tokens``); ``copy`` when the cache
-    lives on (a shared context rolled back next); ``key_masks``: take a masking press's masks off the model into the
-    snapshot (``take_key_masks``: only where no later pass on this cache needs them on the model).
+    lives on (a shared context rolled back next); ``key_masks``: take a masking press's masks into the snapshot
+    (``take_key_masks``), off the model unless ``clear_masks`` is False (a later pass on this cache needs them).
 
     Raises ValueError for a cache that cannot be stacked into a batch.
     """
     obstacle = stacking_obstacle(model, done.cache, masks_carried=key_masks)
     if obstacle is not None:
         raise ValueError(obstacle)
-    masks = take_key_masks(model, done.cache) if key_masks else None
+    masks = take_key_masks(model, done.cache, clear=clear_masks) if key_masks else None
     layers = done.cache.layers
     keys = [layer.keys.clone() if copy else layer.keys for layer in layers]
     values = [layer.values.clone() if copy else layer.values for layer in layers]
@@ -138,13 +141,20 @@ def prefilled_from_cache(
 
 def prefilled_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
     """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``),
-    one snapshot per question."""
+    one snapshot per question.
+
+    A masking press's masks (AdaKV, KVzip) hide context slots from every question's prefill, as kvpress's fake keys
+    do at batch 1: they stay on the model until the last question, and each snapshot carries a copy, so the rows
+    decode together, each hiding its context's slots."""
     prefilled = []
     for question_ids, done in zip(questions, prefill_shared_context(model, context_ids, questions, press)):
         started = time.perf_counter()
         # a copy: the cache is rolled back for the next question
-        snapshot = prefilled_from_cache(model, done, len(context_ids) + len(question_ids))
+        snapshot = prefilled_from_cache(
+            model, done, len(context_ids) + len(question_ids), key_masks=True, clear_masks=False
+        )
         synchronize(model.device)
         snapshot.seconds = done.seconds + time.perf_counter() - started
         prefilled.append(snapshot)
+    clear_key_masks(model)  # the next context's prefill (or a decode batch) must not read these
     return prefilled

@@ -7,9 +7,7 @@ calls ``write_cell_predictions`` with it.
 
 from __future__ import annotations
 
-import json
 import logging
-from pathlib import Path
 from types import SimpleNamespace
 
 from kvcache_bench.analysis.measured import cell_warnings, measure_cell
@@ -28,8 +26,7 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
     p = settings_of(job)
     on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
     engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
-    # kvpress's pipeline decodes one example at a time anyway; this engine decodes a masking press's alone
-    run = CellRun.from_settings(p, loaded.settings, masks_slots=not on_kvpress and masks_slots(job))
+    run = CellRun.from_settings(p, loaded.settings)
     records = engine(read_jsonl(job.input.rows), run, loaded=loaded)
     count = write_jsonl_atomic(job.output.predictions, records)
     measured = measure_cell(read_jsonl(job.output.predictions), p.retention)
@@ -44,13 +41,6 @@ def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) 
     if worker is not None:
         extra["worker"] = worker
     write_manifest(job.output.predictions, params_of(job), p.seed, extra=extra)
-
-
-def masks_slots(job) -> bool:
-    """Whether the cell's method was measured (its check_method output, an input of the job) to hide slots
-    through kvpress's per-model masks rather than free them."""
-    properties = dict(job.input.items()).get("properties")
-    return bool(properties and json.loads(Path(properties).read_text()).get("masks_slots"))
 
 
 def run_generate_job(job) -> None:

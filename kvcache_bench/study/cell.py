@@ -26,15 +26,13 @@ class CellRun:
     decode_batch_size: int = 1  # compressed caches decoded together, each example prefilled alone
     method_kwargs: dict | None = None
     custom_methods: dict | None = None
-    # the method's check measured that it hides slots through kvpress's per-model masks: decoded one at a time
-    masks_slots: bool = False
 
     @property
     def mode(self) -> QuestionMode:
         return QuestionMode(self.question_mode)
 
     @classmethod
-    def from_settings(cls, settings, model_settings, masks_slots: bool = False) -> CellRun:
+    def from_settings(cls, settings, model_settings) -> CellRun:
         """From a job's wildcards and params (``workflow.settings_of``), on the model settings it loaded."""
         return cls(
             task=settings.task,
@@ -49,5 +47,4 @@ class CellRun:
             method_kwargs=settings.method_kwargs,
             # absent when a command line names no custom method
             custom_methods=getattr(settings, "custom_methods", None),
-            masks_slots=masks_slots,
         )

@@ -149,28 +149,16 @@ def while_decoding_problems(
     return problems
 
 
-MASKS_DECODE_ALONE = (
-    "the press masks slots per head, and kvpress keeps the masks on the model for one sequence at a time; a "
-    "question-agnostic context's masks serve each of its questions' prefills: decoded at batch 1"
-)
-
-
-def decode_note(method: str, measured: dict | None, decode_batch_size: int, question_mode: str) -> str | None:
+def decode_note(method: str, measured: dict | None, decode_batch_size: int) -> str | None:
     """What a cell at ``decode_batch_size`` will do other than its name says (it runs; its records say so too):
-    a press that compresses while decoding, or masks slots in a question-agnostic cell, decodes one example at a
-    time (question-aware, a masking press's rows decode together, each with its own masks)."""
+    a press that compresses while decoding decodes one example at a time (a masking press's rows decode together,
+    each with its own masks, in either question mode)."""
     if measured is None or decode_batch_size <= 1:
         return None
     if measured.get("compresses_while_decoding"):
         return (
             f"{method} compresses while decoding: its decode batch {decode_batch_size} cells decode one example "
             "at a time"
-        )
-    if measured.get("masks_slots") and question_mode == QuestionMode.QUESTION_AGNOSTIC.value:
-        return (
-            f"{method} masks slots (kvpress keeps the masks on the model for one sequence at a time): its "
-            f"question_agnostic decode batch {decode_batch_size} cells decode one example at a time, each record "
-            "saying so (decode_fallback)"
         )
     return None
 
