@@ -7,10 +7,12 @@
 #    the config made whole, before any cell is computed from it. Refuses (StudyConfigError, "the study config is
 #    refused before any job runs:", every problem listed) what would silently change the measurement or fail
 #    mid-run: method_kwargs under no method's name or setting compression_ratio, an unknown method or a bad custom
-#    press, a model or dataset path that does not exist, a made model's path, a setting filed under a task,
-#    dataset or model the study does not have, an unknown device. At parse: the cells are computed from this
-#    config (an unknown method would stop the parse in the registry instead), and each job would meet it only
-#    mid-run, once per job. Tests: tests/test_bad_inputs.py (test_bad_config_is_named_before_any_job).
+#    press, a model or dataset path that does not exist, a made model's path, a local model or tokenizer folder
+#    transformers would misread (no tokenizer files, no or an unknown model_type: study.model_folders), a setting
+#    filed under a task, dataset or model the study does not have, an unknown device. At parse: the cells are
+#    computed from this config (an unknown method would stop the parse in the registry instead), and each job
+#    would meet it only mid-run, once per job. Tests: tests/test_bad_inputs.py
+#    (test_bad_config_is_named_before_any_job), tests/test_model_folder_errors.py.
 # 2. announce_before_any_job, when this file is included (after rules/common.smk, before the other rules). Prints
 #    (stderr) every refused cell and why ("refused target ..., not run (listed in results/tables/summary.md)", or
 #    "..., nothing runs"), what an accepted cell will do other than its name says ("note: ..."), and a WARNING for

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from kvcache_bench.methods.custom import custom_method_problems, known_names
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
+from kvcache_bench.study.model_folders import model_folder_problems, tokenizer_folder_problems
 from kvcache_bench.study.press_values import method_kwargs_value_problems
 
 # Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
@@ -97,6 +98,8 @@ def model_path_problems(models: dict, workdir: str | os.PathLike = ".") -> list[
                 problems.append(f"{where} is a directory without config.json, so not a Hugging Face model folder")
             elif problem := json_file_problem(local / "config.json"):
                 problems.append(f"{where}: {problem}")
+            else:  # a readable config.json: what transformers would make of the folder (study.model_folders)
+                problems += model_folder_problems(where, local, settings)
         elif _looks_local(path, workdir):
             problems.append(
                 f"{where} is a local directory that does not exist ({local}). Fix the path, or give a hub id "
@@ -217,6 +220,7 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
         + model_path_problems(config["models"], workdir)
         + made_model_path_problems(config["models"])
         + dataset_path_problems(config["datasets"], workdir)
+        + tokenizer_folder_problems(config, workdir)
         + per_task_map_problems(config)
         + method_kwargs_value_problems(config)
         + device_problems(config)
