@@ -47,3 +47,35 @@ def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape(mo
     generations, path = generate_prefill_one_decode_many(Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
     assert path.effective_decode_batch_size == 4 and path.fallback is None
     assert [g.token_ids for g in generations] == reference
+
+
+def test_a_question_agnostic_masking_press_decodes_shared_contexts_together_with_the_batch_1_ids(model):
+    """AdaKV-SnapKV question-agnostic: two contexts of two questions each, every context compressed once, its masks
+    carried by each question's row; decode batch 4 gives the batch-1 engine's ids (kvpress's fake keys there)."""
+    from kvcache_bench.engine.decoders import shared_contexts_together
+
+    contexts = random_prompts(2, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=5)
+    questions = random_prompts(4, 40, LLAMA_31_8B_SHAPE["vocab_size"], seed=6)
+    prompts = [PromptTokens(contexts[i // 2].context_ids, questions[i].question_ids) for i in range(4)]
+    mode = QuestionMode.QUESTION_AGNOSTIC
+    reference = [generate_one(Decoding(model, build_press("adakv_snapkv", 0.5, seed=0), mode, 32, set()), p).token_ids for p in prompts]
+    settings = Decoding(model, build_press("adakv_snapkv", 0.5, seed=0), mode, 32, set(), decode_batch_size=4)
+    generations, path = shared_contexts_together.decode(settings, prompts)
+    assert path.effective_decode_batch_size == 4 and path.fallback is None
+    assert [g.token_ids for g in generations] == reference
+
+
+def test_a_decode_shapes_graph_is_captured_once_and_replayed_with_the_same_ids(model):
+    """A worker keeps a CUDA graph per decode batch shape: the second pass over the same prompts captures nothing,
+    reports no capture seconds, and gives the first pass's ids."""
+    from kvcache_bench.engine.static_decode import held_decode_states, release_decode_states
+
+    release_decode_states(model)
+    prompts = random_prompts(6, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=7)  # batches of 4 and 2: two shapes
+    settings = Decoding(model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4)
+    first, _ = generate_prefill_one_decode_many(settings, prompts)
+    again, _ = generate_prefill_one_decode_many(settings, prompts)
+    assert [g.token_ids for g in again] == [g.token_ids for g in first]
+    assert all(g.graph_capture_seconds > 0 for g in first) and all(g.graph_capture_seconds == 0 for g in again)
+    assert len(held_decode_states(model)) == 2
+    release_decode_states(model)
