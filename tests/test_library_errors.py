@@ -14,7 +14,13 @@ from test_bad_inputs import run_with, small_config
 from kvcache_bench.engine.loading import ModelSettings, ModelUnavailableError, load_for_settings
 from kvcache_bench.methods.constructions import PressImportError, resolve_class
 from kvcache_bench.study.config_checks import study_config_problems
-from kvcache_bench.study.setting_checks import perf_nothing_to_measure, validation_error_message
+from kvcache_bench.study.setting_checks import (
+    jobs_run_here,
+    missing_gpu_problem,
+    perf_nothing_to_measure,
+    validation_error_message,
+    visible_gpu_count,
+)
 
 KVPRESS_VERSION = __import__("importlib.metadata").metadata.version("kvpress")
 
@@ -154,3 +160,39 @@ def test_a_dry_run_of_perf_all_without_perf_names_it(workdir):
     result, output = run_with(workdir, small_config(workdir), "perf_all", "-n")
     assert result.returncode != 0
     assert "perf_all has nothing to measure: perf.context_lengths is empty" in output, output[-3000:]
+
+
+@pytest.mark.parametrize(
+    "argv, profile, here",
+    [
+        (["snakemake", "-n"], None, True),
+        (["snakemake", "--cores", "2", "--executor", "local"], None, True),
+        (["snakemake", "--executor", "slurm", "-j", "8"], None, False),
+        (["snakemake", "--profile", str(REPO / "profiles/slurm")], None, False),
+        (["snakemake", "--profile=" + str(REPO / "profiles/local")], None, True),
+        (["snakemake", "-n"], "no/such/profile", False),  # unsure: the jobs' machine is not judged here
+    ],
+)
+def test_where_the_jobs_run_is_read_from_the_command_line_and_profile(argv, profile, here):
+    assert jobs_run_here(argv, {"SNAKEMAKE_PROFILE": profile} if profile else {}) is here
+
+
+@pytest.mark.parametrize(
+    "device, environ, refused",
+    [("cuda", {"CUDA_VISIBLE_DEVICES": ""}, True), ("cuda:1", {"CUDA_VISIBLE_DEVICES": "0"}, True),
+     ("cuda:1", {"CUDA_VISIBLE_DEVICES": "0,1"}, False), ("auto", {"CUDA_VISIBLE_DEVICES": ""}, False)],
+)
+def test_a_gpu_this_machine_lacks_is_named_at_parse(device, environ, refused):
+    config = demo()
+    config["generation"]["device"] = device
+    problem = missing_gpu_problem(config, lambda: visible_gpu_count(environ, lambda: 8))
+    assert (problem is not None) == refused
+    if refused:
+        assert problem.startswith(f"generation.device is {device!r}, but this machine, where this run's jobs run, has")
+
+
+def test_a_dry_run_with_a_gpu_the_machine_lacks_names_the_key(workdir):
+    config = small_config(workdir)
+    config["generation"]["device"] = "cuda:99"
+    result, output = run_with(workdir, config, "-n", name="gpu.yaml")
+    assert result.returncode != 0 and "generation.device is 'cuda:99', but this machine" in output, output[-3000:]

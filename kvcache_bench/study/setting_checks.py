@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from pathlib import Path
+
+import yaml
 
 FLASH_ATTENTION = "flash_attention_2"
 PARQUET_MAGIC = b"PAR1"  # a parquet file starts and ends with these four bytes
@@ -138,3 +141,51 @@ def validation_error_message(error) -> str:
     if rule and path:
         lines.append(f"  {path.rsplit('.', 1)[-1]}: {rule}")
     return "\n".join(lines)
+
+
+LOCAL_EXECUTORS = {"local", "dryrun", "touch"}
+CUDA_DEVICE = re.compile(r"^cuda(?::(\d+))?$")
+
+
+def _profile_executor(profile: str) -> str | None:
+    """The executor a profile's config.yaml sets ("local" when it sets none), None when it cannot be read."""
+    for folder in (Path(profile), Path.home() / ".config/snakemake" / profile):
+        if (folder / "config.yaml").is_file():
+            settings = yaml.safe_load((folder / "config.yaml").read_text(encoding="utf-8")) or {}
+            return str(settings.get("executor", "local"))
+    return None
+
+
+def jobs_run_here(argv: list[str], environ) -> bool:
+    """Whether this run's jobs run on the machine that parses the workflow: no executor other than the local one,
+    on the command line or in a profile (profiles/slurm sets executor: slurm). Unsure counts as no."""
+    executors, profiles = [], [environ.get("SNAKEMAKE_PROFILE")]
+    for flag, value in zip(argv, [*argv[1:], ""]):
+        for name, found in (("--executor", executors), ("-e", executors), ("--profile", profiles)):
+            if flag == name:
+                found.append(value)
+            elif flag.startswith(f"{name}="):
+                found.append(flag.split("=", 1)[1])
+    executors += [_profile_executor(profile) for profile in profiles if profile]
+    return all(executor in LOCAL_EXECUTORS for executor in executors)
+
+
+def visible_gpu_count(environ, detected) -> int:
+    """GPUs a job started here may use: CUDA_VISIBLE_DEVICES when set, else ``detected()`` (NVML, nvidia-smi)."""
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([device for device in visible.split(",") if device.strip() and device.strip() != "-1"])
+    return detected()
+
+
+def missing_gpu_problem(config: dict, gpu_count) -> str | None:
+    """generation.device names a GPU this machine (where the jobs run) does not have: torch would refuse it in
+    every job, once the model is on its way. ``gpu_count()`` is asked only for a cuda device."""
+    device = str((config.get("generation") or {}).get("device", "auto"))
+    match = CUDA_DEVICE.match(device)
+    if not match or int(match.group(1) or 0) < (gpus := gpu_count()):
+        return None
+    return (
+        f"generation.device is {device!r}, but this machine, where this run's jobs run, has {gpus} GPU(s) "
+        "(CUDA_VISIBLE_DEVICES, NVML, nvidia-smi): set generation.device: cpu (or auto), or run on a GPU machine"
+    )
