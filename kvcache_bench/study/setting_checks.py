@@ -120,7 +120,7 @@ def perf_nothing_to_measure(config: dict, cells: int, refused: int) -> str | Non
 
 def _short(value, limit: int = 120) -> str:
     text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + " ...]"
+    return text if len(text) <= limit else text[: limit - 4] + " ..."
 
 
 def validation_error_message(error) -> str:
