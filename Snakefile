@@ -13,8 +13,12 @@ import sys
 from pathlib import Path
 
 import yaml
+from jsonschema.exceptions import ValidationError
+from snakemake.exceptions import WorkflowError
 
 sys.path.insert(0, workflow.basedir)
+from kvcache_bench.study.config_checks import StudyConfigError
+from kvcache_bench.study.setting_checks import validation_error_message
 from kvcache_bench.study.config_files import (
     check_config_files,
     keep_workflow_config,
@@ -34,7 +38,13 @@ if (kept := keep_workflow_config(config, workflow)) and workflow.is_main_process
 
 # A --configfile names a whole study: it replaces config.yaml instead of being merged into it
 # (profiles/default/config.yaml sets replace-workflow-config, which Snakemake reads on every run).
-validate(config, "schemas/config.schema.yaml")
+# Snakemake's own message prints the whole schema and the whole config: the key, its value and the rule instead.
+try:
+    validate(config, "schemas/config.schema.yaml")
+except WorkflowError as error:
+    if not isinstance(error.__context__, ValidationError):  # raised while Snakemake handled jsonschema's error
+        raise
+    raise StudyConfigError(validation_error_message(error.__context__)) from None
 
 
 include: "rules/common.smk"

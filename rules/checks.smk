@@ -9,10 +9,12 @@
 #    mid-run: method_kwargs under no method's name or setting compression_ratio, an unknown method or a bad custom
 #    press, a model or dataset path that does not exist, a made model's path, a local model or tokenizer folder
 #    transformers would misread (no tokenizer files, no or an unknown model_type: study.model_folders), a setting
-#    filed under a task, dataset or model the study does not have, an unknown device. At parse: the cells are
-#    computed from this config (an unknown method would stop the parse in the registry instead), and each job
-#    would meet it only mid-run, once per job. Tests: tests/test_bad_inputs.py
-#    (test_bad_config_is_named_before_any_job), tests/test_model_folder_errors.py.
+#    filed under a task, dataset or model the study does not have, an unknown device, and what a library would
+#    refuse only mid-job (kvcache_bench.study.setting_checks): flash_attention_2 on a CPU or without flash_attn, a
+#    press seed that is no integer, source: hub without hub_id, a .parquet local_path that is not parquet. At parse:
+#    the cells are computed from this config (an unknown method would stop the parse in the registry instead), and
+#    each job would meet it only mid-run, once per job. Tests: tests/test_bad_inputs.py
+#    (test_bad_config_is_named_before_any_job), tests/test_model_folder_errors.py, tests/test_library_errors.py.
 # 2. announce_before_any_job, when this file is included (after rules/common.smk, before the other rules). Prints
 #    (stderr) every refused cell and why ("refused target ..., not run (listed in results/tables/summary.md)", or
 #    "..., nothing runs"), what an accepted cell will do other than its name says ("note: ..."), and a WARNING for
@@ -43,8 +45,11 @@
 #    test_a_directory_moved_with_its_records_still_owns_what_it_made_there).
 #
 # Checked at parse elsewhere, where what they judge is read: the Snakefile's config-file checks and its schema
-# validation (before rules/common.smk); highlighted_methods (rules/common.smk), raised when rules/figures.smk's
-# params name a figures.highlight that is no method (tests/test_workflow.py,
+# validation (before rules/common.smk; an error is the key, its value and the rule, not the whole schema); a
+# generation.device GPU this machine lacks, when the jobs run here (rules/common.smk, after 1; a job names it too,
+# before it loads: engine.loading.device_problem); perf_all with no perf cell to measure (its input function,
+# rules/perf_common.smk) (these three: tests/test_library_errors.py); highlighted_methods (rules/common.smk), raised
+# when rules/figures.smk's params name a figures.highlight that is no method (tests/test_workflow.py,
 # test_a_highlighted_method_that_is_no_method_is_refused_naming_the_closest); rules/perf_common.smk's refused perf
 # cells (printed) and its perf.engine_comparison errors.
 

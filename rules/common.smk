@@ -28,7 +28,9 @@ from kvcache_bench.methods.registry import METHODS, did_you_mean, method_label
 from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
+from kvcache_bench.runtime.gpus import detected_gpu_count
 from kvcache_bench.study.config_checks import StudyConfigError, check_study_config, expand_home_in_paths
+from kvcache_bench.study.setting_checks import jobs_run_here, missing_gpu_problem, visible_gpu_count
 from kvcache_bench.study.cells import CELL_PATTERN, cell_path
 from kvcache_bench.study.config_files import sort_setting_keys
 from kvcache_bench.study.sources import content_of, local_dataset_files, local_model_files, local_tokenizer_files
@@ -44,6 +46,12 @@ sort_setting_keys(config)
 # on the config made whole and before any cell is computed from it (an unknown method would otherwise stop the
 # parse in the registry, not with this refusal of every problem at once).
 check_study_config(config, os.getcwd())
+# A GPU the config names and this machine lacks: judged here only when the jobs run on this machine (a cluster's
+# parse runs on a login node); each job names it too, before it loads anything (engine.loading.device_problem).
+if workflow.is_main_process and jobs_run_here(sys.argv, os.environ):
+    gpus = functools.partial(visible_gpu_count, os.environ, detected_gpu_count)
+    if missing := missing_gpu_problem(config, gpus):
+        raise StudyConfigError(missing)
 
 SEED = config["seed"]
 GENERATION = config["generation"]

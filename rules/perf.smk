@@ -73,5 +73,5 @@ rule figure_perf:
 
 rule perf_all:
     input:
-        perf_outputs(),
+        perf_all_outputs,
     localrule: True

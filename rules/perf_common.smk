@@ -1,5 +1,7 @@
 # Helpers of rules/perf.smk and rules/plan.smk: the perf cells, paths and params, from the config's `perf:` section.
 
+from kvcache_bench.study.setting_checks import perf_nothing_to_measure
+
 PERF = config["perf"]
 PERF_PATTERN = study.PERF_PATTERN
 # Judged as the study's cells are (rules/common.smk: cell_problems): a refused perf cell is printed before any job
@@ -29,6 +31,13 @@ PERF_FIGURES = ["peak_memory", "itl", "energy_per_token"]
 def perf_outputs():
     figures = [f"results/figures/perf_{name}_vs_retention.{ext}" for name in PERF_FIGURES for ext in ("png", "svg")]
     return ["results/tables/perf_summary.csv"] + figures
+
+
+def perf_all_outputs(wildcards):
+    """Evaluated only when perf_all is asked for: with no cell, the summary would fail on no records."""
+    if why := perf_nothing_to_measure(config, len(PERF_CELLS), len(REFUSED_PERF_CELLS)):
+        raise StudyConfigError(why)
+    return perf_outputs()
 
 
 def perf_inputs(wildcards):

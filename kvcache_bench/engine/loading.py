@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from dataclasses import dataclass
@@ -28,6 +29,21 @@ def pick_device(requested: str = "auto") -> torch.device:
     if requested == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(requested)
+
+
+def device_problem(device: torch.device, attention: str) -> str | None:
+    """A device this machine lacks, or FlashAttention where it cannot run, named by the config key that asks for it
+    (the parse cannot tell: it may run on another machine than the job)."""
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        return (
+            f"generation.device is {str(device)!r}, but torch {torch.__version__} sees "
+            f"{torch.cuda.device_count()} GPU(s) here: run the job on a GPU node, or set generation.device: cpu"
+        )
+    if attention == "flash_attention_2" and device.type != "cuda":
+        return f"models.<name>.attn_implementation is flash_attention_2, but the model runs on {device}: use sdpa"
+    if attention == "flash_attention_2" and importlib.util.find_spec("flash_attn") is None:
+        return "models.<name>.attn_implementation is flash_attention_2, but flash_attn is not installed: use sdpa"
+    return None
 
 
 def synchronize(device: torch.device) -> None:
@@ -130,6 +146,8 @@ def load_for_settings(
     start = time.perf_counter()
     device = pick_device(settings.device)
     attention = attn_implementation or settings.attn_implementation
+    if problem := device_problem(device, attention):  # before anything loads: torch's or transformers' error, late
+        raise ModelUnavailableError(problem)
     loaded_tokenizer = (
         load_tokenizer(settings.path, settings.trust_remote_code, settings.revision) if tokenizer else None
     )

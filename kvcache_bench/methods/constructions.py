@@ -9,6 +9,7 @@ which every prediction record carries.
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import importlib.util
 import inspect
 import os
@@ -64,6 +65,14 @@ def press_file_of(name: str) -> str | None:
     return module if module.endswith(".py") else None
 
 
+def kvpress_version() -> str:
+    """The installed kvpress's version, from its package metadata (kvpress sets no ``__version__``)."""
+    try:
+        return importlib.metadata.version("kvpress")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
 def resolve_class(name: str, workdir: str = "."):
     """The class a construction names, checked to be a kvpress ``BasePress``."""
     kvpress = import_kvpress()
@@ -71,7 +80,7 @@ def resolve_class(name: str, workdir: str = "."):
     if not module_name:
         found = getattr(kvpress, name, None)
         if found is None:
-            raise PressImportError(f"kvpress {getattr(kvpress, '__version__', '?')} has no press {name!r}")
+            raise PressImportError(f"kvpress {kvpress_version()} has no press {name!r}")
     else:
         if module_name.endswith(".py"):
             module = load_press_file(module_name, workdir)

@@ -18,6 +18,7 @@ from kvcache_bench.methods.custom import custom_method_problems, known_names
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
 from kvcache_bench.study.model_folders import model_folder_problems, tokenizer_folder_problems
 from kvcache_bench.study.press_values import method_kwargs_value_problems
+from kvcache_bench.study.setting_checks import setting_problems
 
 # Two decimals when they are exact (the paths every study so far has used), more digits only when needed.
 HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
@@ -224,6 +225,7 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
         + per_task_map_problems(config)
         + method_kwargs_value_problems(config)
         + device_problems(config)
+        + setting_problems(config, workdir)
     )
 
 
