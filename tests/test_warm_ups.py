@@ -180,3 +180,38 @@ def test_a_workers_first_cell_warms_up_its_later_cells_do_not_and_no_answer_depe
     cold = list(run_cell(rows, run, loaded=load_for_settings(settings), progress=False))
     answers = [[(r["prediction"], r["kept_tokens"]) for r in records] for records in (first, later, cold)]
     assert answers[0] == answers[1] == answers[2]
+
+
+def test_the_warm_up_runs_on_a_press_of_its_own_so_the_cells_press_sees_the_cells_examples_alone(
+    demo_model, warm_ups_on_the_cpu, monkeypatch
+):
+    from kvcache_bench.data.longbench import normalise_rows
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+    from kvcache_bench.engine import cell_runner
+    from kvcache_bench.engine.loading import ModelSettings, load_for_settings
+    from kvcache_bench.study.cell import CellRun
+
+    rows = normalise_rows(make_synthetic_rows(2, seed=3, min_words=60, max_words=90), "synthetic_qa", None)
+    settings = ModelSettings(path=demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
+    run = CellRun(task="synthetic_qa", model_settings=settings, method="snapkv", retention=0.5, question_mode="question_aware",
+                  max_new_tokens=4, seed=0, decode_batch_size=2)
+    built, original = [], cell_runner.cell_press
+
+    def counted(run):
+        press = original(run)
+        calls = {"compress": 0}
+        compress = press.compress
+
+        def counting(*args, **kwargs):
+            calls["compress"] += 1
+            return compress(*args, **kwargs)
+
+        press.compress = counting
+        built.append(calls)
+        return press
+
+    monkeypatch.setattr(cell_runner, "cell_press", counted)
+    records = list(cell_runner.run_cell(rows, run, loaded=load_for_settings(settings), progress=False))
+    assert records[0]["warmup_seconds"] > 0 and len(built) == 2  # the cell's press, then the warm-up's
+    cells, warm = built[0]["compress"], built[1]["compress"]
+    assert warm > 0 and cells == warm * len(rows)  # one compression per layer and example, each where it belongs

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -180,6 +180,11 @@ def other_question_tokens(
     return others
 
 
+def cell_press(run: CellRun):
+    """The run's press (None for the full cache), built afresh."""
+    return build_press(run.method, run.retention, run.method_kwargs, seed=run.seed, custom_methods=run.custom_methods)
+
+
 def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[object, CellGenerator]:
     """(tokenizer, generator): the model (``loaded``, or loaded now) for the run's method, its press and cache, and
     the cell's one strategy."""
@@ -187,7 +192,7 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
     attention = attention_implementation_for(method, run.model_settings.attn_implementation, custom)
     loaded = loaded_with_attention(run.model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
-    press = build_press(method, run.retention, run.method_kwargs, seed=run.seed, custom_methods=custom)
+    press = cell_press(run)
     # Without a press no question is in view: the cache is the context's whichever question was asked before.
     mode = QuestionMode.QUESTION_AGNOSTIC if run.mode.removes_the_question_it_showed and press is None else run.mode
     strategy = choose_strategy(
@@ -268,15 +273,20 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     return PreparedCell(rows, prompts, others, partner, chunks)
 
 
-def warm_up(generator: CellGenerator, cell: PreparedCell) -> float:
+def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float:
     """Seconds of one unmeasured run of the cell's first example, if its model has not yet run this strategy with
-    this press's classes (``engine.warm_ups``); 0.0 otherwise."""
+    this press's classes (``engine.warm_ups``); 0.0 otherwise.
+
+    It runs on a press of its own, built as the cell's: the cell's press object sees the cell's examples alone,
+    whether or not its worker warmed up in this cell."""
     first = cell.chunks[0][0]
-    decoding = generator.decoding
+
+    def one_example():
+        warming = CellGenerator(replace(generator.decoding, press=cell_press(run)), generator.strategy)
+        warming.generate([cell.prompts[first]], cell.others and [cell.others[first]])
+
     return warm_up_once(
-        decoding.model,
-        warm_up_kind(generator.strategy.value, decoding.press),
-        lambda: generator.generate([cell.prompts[first]], cell.others and [cell.others[first]]),
+        generator.decoding.model, warm_up_kind(generator.strategy.value, generator.decoding.press), one_example
     )
 
 
@@ -336,7 +346,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
         )
     ):
         raise ValueError(problem)  # the check job refused what it could tell without the prompts
-    warmup_seconds = warm_up(generator, cell) if cell.chunks else 0.0
+    warmup_seconds = warm_up(run, generator, cell) if cell.chunks else 0.0
     setting = cell_setting(run, generator, construction, warmup_seconds)
     slot_bytes, full_slot_bytes = kv_bytes_per_token(model, setting["kv_cache_bits"]), kv_bytes_per_token(model)
     bar = tqdm(
