@@ -40,6 +40,10 @@
 #    test_a_second_run_of_another_directory_on_the_same_results_is_refused,
 #    test_a_directory_moved_with_its_records_still_owns_what_it_made_there).
 #
+# Checked before the parse: a --configfile holding a YAML tag (!!python/...) is refused by the workflow profile
+# (profiles/default/config.yaml, read with YTE before Snakemake reads any config file: study.config_tags), naming file,
+# line and tag; Snakemake would say only "not valid JSON or YAML". Tests: tests/test_config_file_tags.py.
+#
 # Checked at parse elsewhere, where what they judge is read: the Snakefile's config-file checks and its schema
 # validation (before rules/common.smk); highlighted_methods (rules/common.smk), raised when rules/figures.smk's
 # params name a figures.highlight that is no method (tests/test_workflow.py,
