@@ -44,6 +44,10 @@
 #    test_a_second_run_of_another_directory_on_the_same_results_is_refused,
 #    test_a_directory_moved_with_its_records_still_owns_what_it_made_there).
 #
+# Checked before the parse: a --configfile holding a YAML tag (!!python/...) is refused by the workflow profile
+# (profiles/default/config.yaml, read with YTE before Snakemake reads any config file: study.config_tags), naming file,
+# line and tag; Snakemake would say only "not valid JSON or YAML". Tests: tests/test_config_file_tags.py.
+#
 # Checked at parse elsewhere, where what they judge is read: the Snakefile's config-file checks and its schema
 # validation (before rules/common.smk; an error is the key, its value and the rule, not the whole schema); a
 # generation.device GPU this machine lacks, when the jobs run here (rules/common.smk, after 1; a job names it too,
