@@ -244,3 +244,16 @@ def test_cells_with_hidden_answers_are_listed_as_predictions_only(tmp_path):
     markdown = summary_markdown(summary, predictions_only=[target])
     assert "## Predictions only: 1 cell(s) with hidden answers" in markdown and f"- `{target}`" in markdown
     assert "Predictions only" not in summary_markdown(summary)
+
+
+def test_a_cell_with_no_example_to_score_says_why_in_the_summary(tmp_path):
+    """other_question on contexts of one question each leaves a cell empty: summary.md says why, as ranking.md does,
+    rather than a bare INCOMPLETE (0 of 3) and a nan."""
+    summary = summarize(
+        tmp_path,
+        [(cell("full_cache", 1.0), scores_of([1.0] * 3)), (cell("snapkv", mode="other_question"), [])],
+        expected=[3, 3],
+    )
+    line = summary_markdown(summary).split("| SnapKV |")[1].splitlines()[0]
+    assert "INCOMPLETE (0 of 3)" in line
+    assert "no example to score: other_question and same_question use only contexts with two or more questions" in line

@@ -50,6 +50,9 @@ CONFIDENCE = 0.95
 N_RESAMPLES = 10_000
 SMALL_N = 30  # below this a 95% interval from resampling is itself unreliable
 
+# Why a cell has no example to score: said wherever the tables list such a cell (summary.md, ranking.md).
+NO_EXAMPLE_REASON = "other_question and same_question use only contexts with two or more questions"
+
 
 def retention_percent(retention: float) -> str:
     """50%, 12.5%, 0.1%: every digit the config gave (a rounded label would merge 0.125 into 12%)."""

@@ -16,6 +16,7 @@ from kvcache_bench.analysis.aggregate import (
     BASELINE_BATCH_SIZE,
     BASELINE_METHOD,
     CONFIDENCE,
+    NO_EXAMPLE_REASON,
     SMALL_N,
     retention_percent,
 )
@@ -110,7 +111,7 @@ def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
             + "; ".join(
                 f"{label(r.method)} {retention_percent(r.retention)} {r.question_mode}" for r in empty.itertuples()
             )
-            + " (other_question and same_question use only contexts with two or more questions).",
+            + f" ({NO_EXAMPLE_REASON}).",
             "",
         ]
     incomplete = frame[frame["incomplete"].astype(bool)]

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from kvcache_bench.analysis.aggregate import BASELINE_BATCH_SIZE, CONFIDENCE, SMALL_N, _interval, retention_percent
+from kvcache_bench.analysis.aggregate import (
+    BASELINE_BATCH_SIZE,
+    CONFIDENCE,
+    NO_EXAMPLE_REASON,
+    SMALL_N,
+    _interval,
+    retention_percent,
+)
 from kvcache_bench.analysis.measured import cell_warnings, flagged_cells
 from kvcache_bench.analysis.versus import BASELINE_METHOD, labeller, modes_in_order
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS
@@ -116,6 +123,8 @@ def _cell_line(row, label, small_n: int, measured: bool) -> str:
     flags = []
     if row.incomplete:
         flags.append(f"INCOMPLETE ({row.n} of {row.expected_n})")
+    if row.n == 0:
+        flags.append(f"no example to score: {NO_EXAMPLE_REASON}")
     if row.small_n:
         flags.append(f"small n (< {small_n})")
     flags += cell_warnings(row) if measured else []
