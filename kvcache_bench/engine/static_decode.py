@@ -340,23 +340,16 @@ class TimedDecode:
         return self.seconds / rows, self.graph_capture_seconds / rows
 
 
-def decode_together(
-    model,
-    prefilled: list[PrefilledPrompt],
-    max_new_tokens: int,
-    stop_ids: set[int],
-    min_new_tokens: int = 0,
-    sync_every: int = 16,
-) -> list[list[int]]:
+def decode_together(model, prefilled: list[PrefilledPrompt], *settings, **named) -> list[list[int]]:
     """Greedy-decode stacked compressed caches; row r's token k (k >= 1) is fed at position prompt_tokens_r + k - 1.
 
     Every step runs on pre-allocated buffers (``StaticDecodeState``); on a GPU the step is a CUDA graph,
     captured once per batch shape and kept with the model (``_state_for``), so later batches and cells of that
     shape replay it. Tokens stay on the device and are read back every ``sync_every`` steps, only to stop early
     once every row has stopped; a row that stopped decodes on until then, and what it generated after its stop
-    is discarded.
+    is discarded. Takes ``decode_together_timed``'s arguments (max_new_tokens, stop_ids, min_new_tokens, sync_every).
     """
-    return decode_together_timed(model, prefilled, max_new_tokens, stop_ids, min_new_tokens, sync_every).token_ids
+    return decode_together_timed(model, prefilled, *settings, **named).token_ids
 
 
 @torch.inference_mode()

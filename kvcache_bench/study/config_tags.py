@@ -31,7 +31,7 @@ PLAIN_VALUES = (
 
 def shown_tag(tag: str) -> str:
     """A tag as it is written: `tag:yaml.org,2002:python/tuple` is `!!python/tuple`."""
-    return "!!" + tag[len(YAML_TAGS):] if tag.startswith(YAML_TAGS) else tag
+    return "!!" + tag[len(YAML_TAGS) :] if tag.startswith(YAML_TAGS) else tag
 
 
 def tags_in(text: str) -> list[tuple[int, str]]:
@@ -102,4 +102,3 @@ def refuse_tagged_config_files(argv: list[str] | None = None) -> None:
     if refusal:
         print(refusal, file=sys.stderr)
         sys.exit(1)
-

@@ -70,7 +70,8 @@ def transformers_model_types() -> tuple[str | None, dict[str, str]]:
     pairs = [
         (item.elts[0].value, item.elts[1].value)
         for item in ast.walk(tree)
-        if isinstance(item, ast.Tuple) and len(item.elts) == 2
+        if isinstance(item, ast.Tuple)
+        and len(item.elts) == 2
         and all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in item.elts)
     ]
     return (version, dict(pairs)) if pairs else (None, {})
@@ -151,8 +152,9 @@ def tokenizer_folder_problems(config: dict, workdir: str | os.PathLike = ".") ->
             problems.append(f"{key} {path!r} is a file; name the folder the tokenizer was saved in")
         elif folder.is_dir() and (
             problem := tokenizer_problem(
-                f"{key} {path!r}", folder, "Name a folder a tokenizer was saved in (tokenizer.save_pretrained), "
-                "e.g. a local model's path."
+                f"{key} {path!r}",
+                folder,
+                "Name a folder a tokenizer was saved in (tokenizer.save_pretrained), e.g. a local model's path.",
             )
         ):
             problems.append(problem)
