@@ -300,8 +300,10 @@ def test_grouped_query_decode_attention_equals_repeated_kv_attention():
 def test_a_second_batch_of_the_same_shape_reuses_the_decode_buffers_and_answers_the_same():
     # Same-length prompts: both decode batches of 2 get one buffer shape, so the second batch runs on the
     # buffers (and, on a GPU, the graph) the first one left behind, stale slots included.
+    from kvcache_bench.engine.static_decode import release_decode_states
+
     model = demo_shaped_llama("sdpa")
-    model._kvbench_decode_state = None
+    release_decode_states(model)
     prompts = random_prompts([(150, 8), (150, 8), (150, 8), (150, 8)], seed=7)
     states = []
     from kvcache_bench.engine import static_decode

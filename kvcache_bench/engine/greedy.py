@@ -42,7 +42,6 @@ class Decoding:
     min_new_tokens: int = 0  # stop tokens forbidden before this many (LongBench's min_length for samsum)
     pad_token_id: int = 0  # the padded batch's pad (methods that keep every token only)
     decode_batch_size: int = 1  # rows decoded together, as the cell asked
-    decode_fallback: str | None = None  # why examples are decoded at batch 1 though the cell asked for more
     # a decode batch is cut early when its caches would pass this many bytes (None: ``decode_memory_budget``)
     memory_budget_bytes: float | None = None
 

@@ -320,7 +320,7 @@ def _state_for(model, shape: _DecodeShape) -> StaticDecodeState:
         states.move_to_end(shape)
         return states[shape]
     budget = decode_states_budget(model.device) - shape.nbytes()
-    while states and sum(held.nbytes() for held in states) > budget:
+    while states and sum(held_shape.nbytes() for held_shape in states) > budget:
         states.popitem(last=False)  # freed before the new one is allocated: two large batches never coexist
     states[shape] = StaticDecodeState(shape, model.device)
     return states[shape]

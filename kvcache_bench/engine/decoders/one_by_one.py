@@ -24,4 +24,4 @@ def generate_one(settings: Decoding, prompt: PromptTokens) -> Generation:
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
-    return [generate_one(settings, prompt) for prompt in prompts], at_batch_one(settings, settings.decode_fallback)
+    return [generate_one(settings, prompt) for prompt in prompts], at_batch_one(settings)

@@ -71,4 +71,4 @@ def padded_batch_answers(settings: Decoding, tokenizer, prompts: list[PromptToke
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
-    return generate_padded_batch(settings, prompts), at_batch_one(settings, settings.decode_fallback)
+    return generate_padded_batch(settings, prompts), at_batch_one(settings)

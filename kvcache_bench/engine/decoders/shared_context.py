@@ -15,10 +15,11 @@ from kvcache_bench.study.prompt_tokens import PromptTokens
 
 
 def fallback(settings: Decoding) -> str | None:
-    """Decode batching was asked for, but these caches cannot be stacked with others."""
+    """Decode batching was asked for, but these caches cannot be stacked with others (a quantised cache: the one
+    question-agnostic cell ``choose_strategy`` decodes alone)."""
     if settings.decode_batch_size <= 1:
         return None
-    return settings.decode_fallback or "quantised cache: decoded at batch 1"
+    return "quantised cache: decoded at batch 1"
 
 
 @torch.inference_mode()
