@@ -37,9 +37,8 @@ log = logging.getLogger(__name__)
 SECONDS_COVER = (
     "this example's prefill and compression (a shared context's split equally among its questions) plus its decode:"
     " alone, or an equal share of its decode batch's wall time; excluded: model loading, the GPU warm-up"
-    " (warmup_seconds: one unmeasured batch of copies of the longest prompt, once per model for each strategy, press"
-    " and batch size, so 0 in a worker's later cells) and a CUDA graph capture for a decode batch shape the model"
-    " met first (graph_capture_seconds)"
+    " (warmup_seconds: one unmeasured example, once per model for each strategy and press, so 0 in a worker's later"
+    " cells) and a CUDA graph capture for a decode batch shape the model met first (graph_capture_seconds)"
 )
 
 
@@ -275,22 +274,20 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
 
 
 def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float:
-    """Seconds of one unmeasured decode batch of copies of the cell's longest prompt, if its model has not yet run
-    this strategy with this press's classes at this batch size (``engine.warm_ups``); 0.0 otherwise.
+    """Seconds of one unmeasured run of the cell's first example, if its model has not yet run this strategy with
+    this press's classes (``engine.warm_ups``); 0.0 otherwise.
 
-    A whole batch, not one example: a first measured batch would otherwise grow the allocator's pool one prefilled
-    cache at a time (on the 8B shape every example after a batch's first took 0.24 s instead of 0.20 s). The longest
-    prompt, so the pool holds the cell's largest caches. It runs on a press of its own, built as the cell's: the
-    cell's press object sees the cell's examples alone, whether or not its worker warmed up in this cell."""
-    longest = max(range(len(cell.prompts)), key=lambda index: cell.prompts[index].length)
-    size = max(len(chunk) for chunk in cell.chunks)
+    It runs on a press of its own, built as the cell's: the cell's press object sees the cell's examples alone,
+    whether or not its worker warmed up in this cell."""
+    first = cell.chunks[0][0]
 
-    def batch_of_copies():
+    def one_example():
         warming = CellGenerator(replace(generator.decoding, press=cell_press(run)), generator.strategy)
-        warming.generate([cell.prompts[longest]] * size, cell.others and [cell.others[longest]] * size)
+        warming.generate([cell.prompts[first]], cell.others and [cell.others[first]])
 
-    kind = (*warm_up_kind(generator.strategy.value, generator.decoding.press), f"batch of {size}")
-    return warm_up_once(generator.decoding.model, kind, batch_of_copies)
+    return warm_up_once(
+        generator.decoding.model, warm_up_kind(generator.strategy.value, generator.decoding.press), one_example
+    )
 
 
 def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_seconds: float) -> dict:

@@ -3,9 +3,9 @@
 The first pass of a kind of work on a fresh GPU process pays lazy kernel loading, cuBLAS set-up and allocator
 growth (seconds): measured, it would land on a cell's first examples. A model worker serves many cells, and once
 a strategy has run with a press of some classes those costs are paid: a sweep's per-cell warm-ups were 104 s of
-an 880 s needle grid. So a model warms up once per kind (``warm_up_kind``: the strategy and the press's classes,
-nested ones included; the cell runner adds the decode batch size, as its warm-up is a batch); a decode batch shape's
-CUDA graph is captured once per model too, and timed apart (``static_decode.decode_together_timed``).
+an 880 s needle grid. So a model warms up once per ``warm_up_kind`` (the strategy and the press's classes, nested
+ones included); a decode batch shape's CUDA graph is captured once per model too, and timed apart
+(``static_decode.decode_together_timed``).
 
 The warm-up draws from torch's random generators as the measured work would (Compactor sketches from the global
 one): they are put back as they were, so a cell's numbers do not depend on whether its worker warmed up in it.
