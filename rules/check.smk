@@ -7,6 +7,9 @@
 # settings only: another config in the same results directory leaves every other method's check, and so
 # every cell downstream, up to date.
 rule check_method:
+    input:
+        # the probe model's tokenizer: presses that re-tokenise (KVzip's repeat prompt) load it
+        probe_tokenizer="resources/canary/tokenizer.json",
     output:
         properties="results/checks/methods/{method}.json",
         manifest="results/checks/methods/{method}.json.manifest.json",

@@ -133,3 +133,24 @@ def test_a_decoding_press_runs_question_aware_and_agnostic_at_batch_one_with_a_b
     assert "at most 32" in refusals("question_aware", defaults)
     assert "compression_interval = 4" in refusals("question_aware", max_new_tokens=3)
     assert refusals("question_aware", defaults, max_new_tokens=512) == ""
+
+
+def test_a_check_without_the_probe_tokenizer_fails_instead_of_calling_kvzip_broken(monkeypatch, tmp_path):
+    """A device copy of the checkout without resources/canary/ recorded KVzip as "fails" from a tokenizer error,
+    and its three needle cells were refused: the job must fail, naming the file."""
+    from kvcache_bench.methods import method_properties
+
+    monkeypatch.setattr(method_properties, "PROBE_TOKENIZER", tmp_path)
+    with pytest.raises(FileNotFoundError, match="tokenizer.json is missing"):
+        measure("kvzip")
+
+
+def test_the_check_rule_asks_for_the_probe_tokenizer(workflow_copy):
+    from conftest import run_snakemake
+
+    (workflow_copy / "resources/canary/tokenizer.json").unlink()
+    # a config whose model is not the canary (the demo's model folder is resources/canary itself)
+    result = run_snakemake(
+        workflow_copy, "results/checks/methods/kvzip.json", "-n", "--configfile", "config/smollm2-h200-needle.yaml"
+    )
+    assert result.returncode != 0 and "resources/canary/tokenizer.json" in result.stderr + result.stdout

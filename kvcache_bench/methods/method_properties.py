@@ -197,6 +197,13 @@ def measure(
     def fresh_press():
         return build_press(method, retention, method_kwargs, seed=0, custom_methods=custom_methods, workdir=workdir)
 
+    if not (PROBE_TOKENIZER / "tokenizer.json").is_file():
+        # a checkout without it (a sparse copy) made KVzip's check record "fails" from the tokenizer error, and its
+        # cells were refused: the harness's fault, not the method's, so the job fails instead
+        raise FileNotFoundError(
+            f"{PROBE_TOKENIZER / 'tokenizer.json'} is missing: presses that re-tokenise (KVzip) load the probe model's "
+            "tokenizer from it; restore it from the checkout (git checkout -- resources/canary)"
+        )
     torch.set_num_threads(1)
     try:
         with _hub_offline():
