@@ -77,7 +77,7 @@ def test_the_sweep_cost_sentences_are_the_committed_runs():
             f"start of {grid['worker_start_seconds']} s and {grid['cell_warmup_seconds']} s of per-cell warm-up") in _readme_text()
     table = (REPO / "docs/model-workers.md").read_text()
     for run, loads in [("h200-smollm2-needle", "two workers"), ("h200-smollm2-questions", "two workers"),
-                       ("h200-8b-cell/with-worker", "one worker")]:
+                       ("h200-8b-cell/with-worker", "one worker"), ("h200-smollm2-needle-warm-once", "one worker")]:
         measured = cost(run)
         assert (f"| {measured['cells']} | {measured['wall_seconds']} | {measured['work_seconds']} | "
                 f"{measured['worker_start_seconds']} ({loads}) | {measured['cell_warmup_seconds']} | "
