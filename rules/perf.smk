@@ -34,6 +34,37 @@ rule perf:
         "../scripts/perf.py"
 
 
+# Where one study cell's time goes (opt-in: ask for the file): its rows under torch.profiler, e.g.
+#   snakemake results/perf/profiles/synthetic/synthetic_qa/llama-3.1-8b-shape-random/snapkv/question_aware/retention-0.50_batch-1_decode-32.json --cores 16 --resources gpu=1 --configfile config/reference-h200.yaml
+rule profile_cell:
+    input:
+        unpack(model_inputs),
+        rows="results/data/{dataset}/{task}.jsonl",
+        properties=rules.check_method.output.properties,
+    output:
+        profile=f"results/perf/profiles/{CELL_PATTERN}.json",
+        table=f"results/perf/profiles/{CELL_PATTERN}.txt",
+    log:
+        f"logs/profile_cell/{CELL_PATTERN}.log",
+    benchmark:
+        f"benchmarks/profile_cell/{CELL_PATTERN}.tsv"
+    conda:
+        "../envs/generate.yaml"
+    threads: GENERATION["threads"]
+    resources:
+        gpu=1,
+    params:
+        **model_job_params("profile_cell.py"),
+        engine=lookup(dpath="models/{model}/engine", within=config),
+        max_new_tokens=max_new_tokens,
+        method_kwargs=method_kwargs,
+        custom_methods=custom_methods_needed,
+        press_code=press_code,
+        seed=SEED,
+    script:
+        "../scripts/profile_cell.py"
+
+
 rule perf_summary:
     input:
         records=perf_record_files(),
