@@ -125,30 +125,25 @@ def profile_cell(rows: list[dict], run, loaded, engine) -> tuple[CellProfile, st
     return CellProfile(name, on_gpu, len(records), wall, operator_times(events, on_gpu)), table
 
 
-def run_profile_job(job) -> None:
-    """The profile_cell rule's job: its cell's rows under torch.profiler, the summary and table with manifests."""
+def write_cell_profile(job, loaded) -> None:
+    """The profile_cell rule's work, inside its ``gpu_job``: the cell's rows on ``loaded`` under torch.profiler,
+    the summary and torch's table, each with its manifest."""
     from kvcache_bench.engine.cell_runner import run_cell
     from kvcache_bench.engine.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
-    from kvcache_bench.files import read_jsonl, write_json_atomic
+    from kvcache_bench.files import read_jsonl, write_json_atomic, write_text_atomic
     from kvcache_bench.manifest import write_manifest
-    from kvcache_bench.runtime.gpu_job import gpu_job
-    from kvcache_bench.runtime.not_run import refusal_of
     from kvcache_bench.study.cell import CellRun
     from kvcache_bench.workflow import params_of, settings_of
 
-    if refused := refusal_of(job):
-        raise ValueError("this cell is refused, so there is nothing to profile: " + "; ".join(refused))
-    with gpu_job(job) as entered:
-        p = settings_of(job)
-        on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
-        engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
-        run = CellRun.from_settings(p, entered.loaded.settings)
-        measured, table = profile_cell(read_jsonl(job.input.rows), run, entered.loaded, engine)
-        summary = measured.summary()
-        write_json_atomic(job.output.profile, summary)
-        with open(job.output.table, "w", encoding="utf-8") as handle:
-            handle.write(table)
-        for output in (job.output.profile, job.output.table):
-            write_manifest(output, params_of(job), p.seed)
-        busiest = ", ".join(f"{k['kind']} {k['share_of_busy']:.0%}" for k in summary["kinds"][:3])
-        log.info("%d examples in %.2fs under the profiler; %s", summary["examples"], summary["wall_seconds"], busiest)
+    p = settings_of(job)
+    on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
+    engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
+    run = CellRun.from_settings(p, loaded.settings)
+    measured, table = profile_cell(read_jsonl(job.input.rows), run, loaded, engine)
+    summary = measured.summary()
+    write_json_atomic(job.output.profile, summary)
+    write_text_atomic(job.output.table, table)
+    for output in (job.output.profile, job.output.table):
+        write_manifest(output, params_of(job), p.seed)
+    busiest = ", ".join(f"{k['kind']} {k['share_of_busy']:.0%}" for k in summary["kinds"][:3])
+    log.info("%d examples in %.2fs under the profiler; %s", summary["examples"], summary["wall_seconds"], busiest)
