@@ -230,6 +230,8 @@ def model_settings(wildcards):
         device=GENERATION["device"],
         # only when pinned: an unpinned model's params (and so its cells) stay as they were
         **({"revision": model["revision"]} if model.get("revision") else {}),
+        # likewise only when not transformers' own: fused kernels are a different model's numbers, so new cells
+        **({"kernels": model["kernels"]} if model.get("kernels", "transformers") != "transformers" else {}),
     )
 
 

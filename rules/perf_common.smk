@@ -105,7 +105,11 @@ def engine_comparison_predictions():
 
 
 def engine_comparison_labels():
-    return [[cell["model"], config["models"][cell["model"]]["engine"]] for cell in engine_comparison_cells()]
+    models = config["models"]
+    return [
+        [cell["model"], models[cell["model"]]["engine"], models[cell["model"]].get("kernels", "transformers")]
+        for cell in engine_comparison_cells()
+    ]
 
 
 def engine_comparison_model():

@@ -16,8 +16,8 @@ with logging_to(job):
     for path in job.input.predictions:
         verify_against_manifest(path)
     cells = [
-        {"model": model, "engine": engine, "records": read_jsonl(path)}
-        for (model, engine), path in zip(p.cells, job.input.predictions)
+        {"model": model, "engine": engine, "kernels": kernels, "records": read_jsonl(path)}
+        for (model, engine, kernels), path in zip(p.cells, job.input.predictions)
     ]
     shape = json.loads((Path(job.input.model_dir) / "config.json").read_text())
     rows = engine_rows(cells, shape, p.dtype, json.loads(Path(job.input.rates).read_text()))

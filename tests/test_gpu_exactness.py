@@ -79,3 +79,25 @@ def test_a_decode_shapes_graph_is_captured_once_and_replayed_with_the_same_ids(m
     assert all(g.graph_capture_seconds > 0 for g in first) and all(g.graph_capture_seconds == 0 for g in again)
     assert len(held_decode_states(model)) == 2
     release_decode_states(model)
+
+
+def test_liger_kernels_decode_batch_4_gives_their_batch_1_ids_near_transformers_logits(model):
+    """models.<name>.kernels: liger (Liger-Kernel's fused RMSNorm, SwiGLU and RoPE) on a second copy of the weights:
+    the issue's exactness (decode batch 4 = batch 1, fp32) holds on the fused kernels too, and their prefill logits
+    stay within rounding of transformers' modules (same maths, one rounding per fused kernel)."""
+    pytest.importorskip("liger_kernel")
+    from kvcache_bench.engine.kernels import use_kernels
+
+    fused = build_random_model(LLAMA_31_8B_SHAPE, torch.float32, torch.device("cuda"), seed=0)
+    use_kernels(fused, "liger")
+    prompts = random_prompts(4, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=3)
+    ids = torch.tensor([prompts[0].context_ids + prompts[0].question_ids], device="cuda")
+    with torch.no_grad():
+        transformers_logits, fused_logits = model(ids).logits[0, -1], fused(ids).logits[0, -1]
+    assert (fused_logits - transformers_logits).abs().max().item() < 1e-3 * transformers_logits.abs().max().item()
+    reference = [generate_one(Decoding(fused, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p).token_ids for p in prompts]
+    generations, path = generate_prefill_one_decode_many(Decoding(fused, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
+    assert path.effective_decode_batch_size == 4 and path.fallback is None
+    assert [g.token_ids for g in generations] == reference
+    del fused
+    torch.cuda.empty_cache()

@@ -18,8 +18,10 @@ def test_the_reference_config_plans_the_model_both_engines_the_rates_and_the_tab
     result = run_snakemake(workflow_copy, "-n", "--configfile", "config/reference-h200.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
     jobs = planned_jobs(result.stdout)
-    # one random-init 8B build shared by both engines; kvpress's pipeline at decode 1, this engine at 1 and 32
-    assert (jobs["build_shaped_model"], jobs["generate"], jobs["measure_hardware_rates"], jobs["engine_comparison"]) == (1, 3, 1, 1)
+    # one random-init 8B build shared by both engines; kvpress's pipeline at decode 1, this engine at 1 and 32 on
+    # transformers' modules and on Liger's fused kernels
+    assert (jobs["build_shaped_model"], jobs["generate"], jobs["measure_hardware_rates"], jobs["engine_comparison"]) == (1, 5, 1, 1)
+    assert "llama-3.1-8b-shape-random-liger/snapkv/question_aware/retention-0.50_batch-1_decode-32.jsonl" in result.stdout
     assert "llama-3.1-8b-shape-random-kvpress-pipeline/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl" in result.stdout
     assert "llama-3.1-8b-shape-random-kvpress-pipeline/snapkv/question_aware/retention-0.50_batch-1_decode-32" not in result.stdout
 
@@ -27,8 +29,10 @@ def test_the_reference_config_plans_the_model_both_engines_the_rates_and_the_tab
 def test_the_reference_perf_pass_times_this_engine_on_the_8b_shape_at_4k_and_16k(workflow_copy):
     result = run_snakemake(workflow_copy, "-n", "perf_all", "--configfile", "config/reference-h200.yaml")
     assert result.returncode == 0, result.stderr[-3000:]
-    # 2 contexts x (full cache + 3 presses x 2 retentions), on the one model this engine runs (what the retired git show 4c1522f:tools/gpu/perf_h200.py measured)
-    assert planned_jobs(result.stdout)["perf"] == 14
+    # 2 contexts x (full cache + 3 presses x 2 retentions), on each model this engine runs: transformers' kernels (what
+    # the retired git show 4c1522f:tools/gpu/perf_h200.py measured) and Liger's
+    assert planned_jobs(result.stdout)["perf"] == 28
+    assert "/synthetic_qa/llama-3.1-8b-shape-random-liger/knorm/context-16384/" in result.stdout
     assert "/synthetic_qa/llama-3.1-8b-shape-random/knorm/context-16384/" in result.stdout and "kvpress-pipeline/knorm" not in result.stdout
 
 

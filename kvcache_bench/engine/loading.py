@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcache_bench.engine.checkpoints import damaged_model_files, require_whole_checkpoint
+from kvcache_bench.engine.kernels import TRANSFORMERS, kernels_problem, use_kernels
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -119,6 +120,7 @@ class ModelSettings:
     trust_remote_code: bool = False
     device: str = "auto"
     revision: str | None = None  # a pinned hub commit, tag or branch: a param, so a new pin reruns its cells
+    kernels: str = TRANSFORMERS  # RMSNorm/MLP/RoPE: transformers' modules or Liger's fused ones (engine.kernels)
 
 
 @dataclass
@@ -146,12 +148,13 @@ def load_for_settings(
     start = time.perf_counter()
     device = pick_device(settings.device)
     attention = attn_implementation or settings.attn_implementation
-    if problem := device_problem(device, attention):  # before anything loads: torch's or transformers' error, late
-        raise ModelUnavailableError(problem)
+    if problem := device_problem(device, attention) or kernels_problem(settings.kernels, device):
+        raise ModelUnavailableError(problem)  # before anything loads: torch's, transformers' or Triton's error, late
     loaded_tokenizer = (
         load_tokenizer(settings.path, settings.trust_remote_code, settings.revision) if tokenizer else None
     )
     model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code, settings.revision)
+    use_kernels(model, settings.kernels)
     stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
     return LoadedModel(
         model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings
