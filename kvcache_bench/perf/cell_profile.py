@@ -3,9 +3,10 @@
 The cell runs twice in one process. First unprofiled, on as many rows as one decode batch, so lazy kernel loading,
 the warm-up and the batch shape's CUDA graph stay out of the profile; then every row under torch.profiler. The
 profiler's own overhead lands on the figures, so they say where the time goes, not how long a cell takes (its
-generate job's records say that). Time is each aten operator's own time on the device (the GPU's kernels; on the
-CPU, the operator's CPU time), grouped in four kinds; on a GPU, wall time the device was not busy is the host's
-(Python, launches, syncs such as a ``.item()``).
+generate job's records say that). On a GPU, time is every kernel's time on the device, by its name: a CUDA
+graph's replayed decode steps and Triton kernels (Liger's) have no aten operator to charge them to. On the CPU it
+is each aten operator's own CPU time. Both are grouped in four kinds; on a GPU, wall time the device was not busy
+is the host's (Python, launches, syncs such as a ``.item()``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,18 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
-# (kind, substrings of aten operator names), first match wins; the rest is elementwise work and reductions
+# (kind, substrings of aten operator or GPU kernel names), first match wins (attention first: flash kernels are
+# cutlass templates); the rest is elementwise work and reductions (Liger's fused RMSNorm, SwiGLU and RoPE among them)
 KINDS = (
-    ("matrix products", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm")),
-    ("attention", ("scaled_dot_product", "attention", "flash")),
+    ("attention", ("scaled_dot_product", "attention", "flash", "sdpa", "fmha")),
+    (
+        "matrix products",
+        ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_scaled_mm", "nvjet", "gemm", "splitKreduce"),
+    ),
     (
         "copies, concatenation, indexing",
-        ("aten::copy_", "aten::cat", "aten::index", "aten::gather", "aten::scatter", "aten::stack", "aten::fill_"),
+        ("aten::copy_", "aten::cat", "aten::index", "aten::gather", "aten::scatter", "aten::stack", "aten::fill_")
+        + ("copy_kernel", "CatArray", "gather", "scatter", "index_elementwise", "Memcpy", "Memset", "Fill"),
     ),
 )
 OTHER_KIND = "elementwise and reductions"
@@ -38,23 +44,31 @@ def kind_of(name: str) -> str:
 
 @dataclass(frozen=True)
 class OperatorTime:
-    """One aten operator's calls and its own time (children excluded, so operators add up)."""
+    """One GPU kernel's (or, on the CPU, aten operator's) calls and own time: they add up, none counted twice."""
 
     name: str
     calls: int
     seconds: float
 
 
+def _is_kernel(event) -> bool:
+    return str(getattr(event, "device_type", "")).endswith("CUDA")
+
+
 def operator_times(events, on_gpu: bool) -> list[OperatorTime]:
-    """aten operators from ``profile.key_averages()``, by their own time on the device (GPU) or CPU, largest first."""
+    """From ``profile.key_averages()``, largest first: on a GPU every kernel, memcpy and memset by its device time
+    (an aten operator's device time is its kernels', and graph replays and Triton launches have no operator); on
+    the CPU every aten operator by its own CPU time (Python scopes repeat their operators')."""
     times = []
     for event in events:
-        if not event.key.startswith("aten::"):
-            continue  # kernels and Python scopes repeat their operator's time
         if on_gpu:
+            if not _is_kernel(event):
+                continue
             micros = getattr(event, "self_device_time_total", None)
             micros = event.self_cuda_time_total if micros is None else micros
         else:
+            if not event.key.startswith("aten::"):
+                continue
             micros = event.self_cpu_time_total
         if micros > 0:
             times.append(OperatorTime(event.key, int(event.count), micros / 1e6))
@@ -83,7 +97,7 @@ class CellProfile:
             "wall_seconds": round(self.wall_seconds, 4),
             "wall_seconds_per_example": round(self.wall_seconds / examples, 5),
             "busy_seconds": round(busy, 4),
-            "busy_is": "GPU kernel time of aten operators" if self.on_gpu else "CPU time of aten operators",
+            "busy_is": "GPU time of every kernel, memcpy and memset" if self.on_gpu else "CPU time of aten operators",
             # the GPU idle while the host runs Python, launches kernels or waits on a sync; on the CPU busy is the host
             "host_seconds": round(self.wall_seconds - busy, 4) if self.on_gpu else None,
             "kinds": [
