@@ -1,7 +1,8 @@
 """Every number in the README's performance table is the committed reference run's, rounded as printed.
 
 The reference file is what the workflow wrote on one H200 (``snakemake --cores 16 --resources gpu=1
---configfile config/reference-h200.yaml``, committed under reference/h200-reference-config/); a README edited
+--configfile config/reference-h200.yaml``, committed under reference/h200-liger-2026-12-04/reference-config-271a447/);
+a README edited
 by hand, or a re-measured file without its README, fails here.
 """
 
@@ -10,15 +11,16 @@ import re
 
 from conftest import REPO
 
-REFERENCE = REPO / "reference" / "h200-reference-config" / "tables" / "engine_comparison.csv"
-# README row label (its start, formatting stripped) -> (path, decode batch) of the reference file's row it prints
+REFERENCE = REPO / "reference" / "h200-liger-2026-12-04" / "reference-config-271a447" / "tables" / "engine_comparison.csv"
+# README row label (its start, formatting stripped) -> (path, decode batch, kernels) of the reference file's row it prints
 ROW_SOURCES = {
-    "kvpress KVPressTextGenerationPipeline (batch 1)": ("kvpress_pipeline", "1"),
-    "this engine, decode batch 1": ("kvcache_bench", "1"),
-    "this engine, decode batch 32 (default)": ("kvcache_bench", "32"),
-    "hardware floor": ("floor", "32"),
+    "kvpress KVPressTextGenerationPipeline (batch 1)": ("kvpress_pipeline", "1", "transformers"),
+    "this engine, decode batch 1": ("kvcache_bench", "1", "transformers"),
+    "this engine, decode batch 32 (default)": ("kvcache_bench", "32", "transformers"),
+    "this engine on Liger's fused kernels": ("kvcache_bench", "32", "liger"),
+    "hardware floor": ("floor", "32", ""),
 }
-BASELINE = ("kvpress_pipeline", "1")
+BASELINE = ("kvpress_pipeline", "1", "transformers")
 
 
 def performance_table_rows() -> list[list[str]]:
@@ -29,7 +31,7 @@ def performance_table_rows() -> list[list[str]]:
 
 def reference_rate(source) -> float:
     rows = list(csv.DictReader(REFERENCE.open()))
-    (row,) = [r for r in rows if (r["path"], r["decode_batch_size"]) == source]
+    (row,) = [r for r in rows if (r["path"], r["decode_batch_size"], r["kernels"]) == source]
     return float(row["examples_per_s"])
 
 
@@ -46,9 +48,10 @@ def test_every_row_of_the_performance_table_is_the_reference_runs_rate_and_ratio
 
 def test_the_floor_ratio_in_the_text_is_the_reference_runs():
     section = REPO.joinpath("README.md").read_text(encoding="utf-8").split("\n## Performance", 1)[1]
-    stated = re.search(r"runs at ([\d.]+)× its floor", section).group(1)
-    default, floor = reference_rate(ROW_SOURCES["this engine, decode batch 32 (default)"]), reference_rate(ROW_SOURCES["hardware floor"])
-    assert stated == f"{floor / default:.2f}"
+    stated = re.search(r"runs at ([\d.]+)× its floor, Liger's kernels at ([\d.]+)×", section).groups()
+    floor = reference_rate(ROW_SOURCES["hardware floor"])
+    default, fused = (reference_rate(ROW_SOURCES[row]) for row in ("this engine, decode batch 32 (default)", "this engine on Liger's fused kernels"))
+    assert stated == (f"{floor / default:.2f}", f"{floor / fused:.2f}")
 
 
 def test_the_reference_table_is_the_file_its_manifest_describes():
@@ -56,8 +59,9 @@ def test_the_reference_table_is_the_file_its_manifest_describes():
     from kvcache_bench.manifest import verify_against_manifest
 
     manifest = verify_against_manifest(REFERENCE)
-    engines = {engine for _, engine in manifest["params"]["cells"]}
-    assert engines == {"kvcache_bench", "kvpress_pipeline"}, engines  # both engines' cells of one study
+    engines = {(engine, kernels) for _, engine, kernels in manifest["params"]["cells"]}
+    # both engines' cells of one study, this engine on both kernels
+    assert engines == {("kvcache_bench", "transformers"), ("kvcache_bench", "liger"), ("kvpress_pipeline", "transformers")}
 
 
 def _readme_text() -> str:
