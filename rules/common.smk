@@ -24,7 +24,7 @@ from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
-from kvcache_bench.methods.registry import METHODS, did_you_mean, method_label
+from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean, method_label
 from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
@@ -195,6 +195,16 @@ def model_job_params(script):
     """The params of every job that loads a model: its script's code hash, the model's settings, and the hash of
     a local model's weights (so other weights under the same name rerun the job and show in its manifest)."""
     return dict(code=package_code(script), model_settings=model_settings, model_sha256=model_content)
+
+
+def worker_order(wildcards):
+    """A model job's priority: the cells of one model and attention run together, earlier models first. A GPU holds
+    one model worker, so a scheduler alternating two models restarts it at every switch (~20 s each for SmolLM2 on
+    an H200, docs/findings.md#liger-kernels-on-real-weights)."""
+    models = list(config["models"])
+    configured = config["models"][wildcards.model]["attn_implementation"]
+    attention = attention_implementation_for(wildcards.method, configured, config.get("custom_methods"))
+    return 2 * (len(models) - models.index(wildcards.model)) + (attention == configured)
 
 
 def figure_outputs(name, subcategory=None, folder="results/figures", caption=None):

@@ -15,6 +15,7 @@ rule generate:
         f"logs/generate/{CELL_PATTERN}.log",
     benchmark:
         f"benchmarks/generate/{CELL_PATTERN}.tsv"
+    priority: worker_order
     conda:
         "../envs/generate.yaml"
     threads: GENERATION["threads"]
