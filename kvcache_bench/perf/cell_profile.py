@@ -142,17 +142,13 @@ def profile_cell(rows: list[dict], run, loaded, engine) -> tuple[CellProfile, st
 def write_cell_profile(job, loaded) -> None:
     """The profile_cell rule's work, inside its ``gpu_job``: the cell's rows on ``loaded`` under torch.profiler,
     the summary and torch's table, each with its manifest."""
-    from kvcache_bench.engine.cell_runner import run_cell
-    from kvcache_bench.engine.kvpress_pipeline import KVPRESS_PIPELINE, run_cell_on_kvpress_pipeline
     from kvcache_bench.files import read_jsonl, write_json_atomic, write_text_atomic
     from kvcache_bench.manifest import write_manifest
-    from kvcache_bench.study.cell import CellRun
+    from kvcache_bench.runtime.job import cell_engine
     from kvcache_bench.workflow import params_of, settings_of
 
     p = settings_of(job)
-    on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
-    engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
-    run = CellRun.from_settings(p, loaded.settings)
+    engine, run = cell_engine(job, loaded)
     measured, table = profile_cell(read_jsonl(job.input.rows), run, loaded, engine)
     summary = measured.summary()
     write_json_atomic(job.output.profile, summary)

@@ -21,12 +21,18 @@ from kvcache_bench.study.sources import resolved_revision
 from kvcache_bench.workflow import params_of, settings_of
 
 
+def cell_engine(job, loaded):
+    """The job's cell and what runs it: kvpress's own pipeline when the model's ``engine`` says so, else ``run_cell``
+    (the generate and profile_cell rules run a cell alike)."""
+    on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
+    engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
+    return engine, CellRun.from_settings(settings_of(job), loaded.settings)
+
+
 def write_cell_predictions(job, loaded, data: dict, worker: dict | None = None) -> None:
     """Run the cell on ``loaded`` and write its predictions and manifest (``worker``: who loaded the model)."""
     p = settings_of(job)
-    on_kvpress = params_of(job).get("engine") == KVPRESS_PIPELINE
-    engine = run_cell_on_kvpress_pipeline if on_kvpress else run_cell
-    run = CellRun.from_settings(p, loaded.settings)
+    engine, run = cell_engine(job, loaded)
     records = engine(read_jsonl(job.input.rows), run, loaded=loaded)
     count = write_jsonl_atomic(job.output.predictions, records)
     measured = measure_cell(read_jsonl(job.output.predictions), p.retention)
