@@ -40,6 +40,11 @@ def flash_on_cpu(config):
     config["generation"]["device"] = "cpu"
 
 
+def liger_on_cpu(config):
+    config["models"]["canary"]["kernels"] = "liger"
+    config["generation"]["device"] = "cpu"
+
+
 def random_seed(value):
     def change(config):
         config["method_kwargs"]["random"] = {"seed": value}
@@ -74,6 +79,8 @@ PARSE_CASES = [
      "CUDA GPUs only"),
     ("flash_attention_2 without flash_attn", flash,
      "models.canary.attn_implementation is flash_attention_2, but the flash_attn package is not installed"),
+    ("Liger's kernels on the CPU", liger_on_cpu,
+     "models.canary.kernels is liger, but generation.device is 'cpu': Liger-Kernel's Triton kernels run on CUDA GPUs only"),
     ("a press seed that is text", random_seed("a"), "method_kwargs.random.seed is 'a': a seed is a whole number"),
     ("a press seed that is a number with a point", random_seed(1.5), "method_kwargs.random.seed is 1.5"),
     ("a custom press's seed that is text", custom_seed, "custom_methods.my_random.kwargs.seed is 'a'"),

@@ -43,6 +43,18 @@ def flash_attention_problems(config: dict, flash_attn_installed: bool | None = N
     return problems
 
 
+def fused_kernel_problems(config: dict) -> list[str]:
+    """kernels: liger on a CPU: Liger-Kernel is Triton, which the job would find out only after loading its model.
+    Whether liger-kernel is installed is the job's environment's business (envs/generate.yaml lists it)."""
+    device = str((config.get("generation") or {}).get("device", "auto"))
+    return [
+        f"models.{name}.kernels is liger, but generation.device is {device!r}: Liger-Kernel's Triton kernels run on "
+        "CUDA GPUs only. Use kernels: transformers (or leave it out), or a cuda device."
+        for name, model in config["models"].items()
+        if model.get("kernels") == "liger" and device in ("cpu", "mps")
+    ]
+
+
 def _is_integer(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -95,6 +107,7 @@ def parquet_problems(datasets: dict, workdir: str | os.PathLike = ".") -> list[s
 def setting_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
     return (
         flash_attention_problems(config)
+        + fused_kernel_problems(config)
         + seed_problems(config)
         + hub_dataset_problems(config["datasets"])
         + parquet_problems(config["datasets"], workdir)
