@@ -45,7 +45,7 @@ def flash_attention_problems(config: dict, flash_attn_installed: bool | None = N
 
 def fused_kernel_problems(config: dict) -> list[str]:
     """kernels: liger on a CPU: Liger-Kernel is Triton, which the job would find out only after loading its model.
-    Whether liger-kernel is installed is the job's environment's business (envs/generate.yaml lists it)."""
+    Whether liger-kernel is installed is the job's environment's business (envs/generate.post-deploy.sh installs it)."""
     device = str((config.get("generation") or {}).get("device", "auto"))
     return [
         f"models.{name}.kernels is liger, but generation.device is {device!r}: Liger-Kernel's Triton kernels run on "
