@@ -15,6 +15,9 @@ rule check_method:
         manifest="results/checks/methods/{method}.json.manifest.json",
     log:
         "logs/check_method/{method}.log",
+    # before any cell: every generate job waits on its method's check, and only cells that are ready can run in
+    # worker_order (one model, then the next); priorities do not reach a job's inputs
+    priority: 100
     localrule: True
     conda:
         "../envs/generate.yaml"
