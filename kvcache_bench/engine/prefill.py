@@ -21,6 +21,7 @@ from kvcache_bench.engine.caches import (
 )
 from kvcache_bench.engine.host_positions import cache_positions, forward_replaced, install
 from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.sync_free_scores import sync_free_scores
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 
@@ -61,7 +62,8 @@ def prefill(model, cache, token_ids: list[int], press=None, start_position: int 
         # them. A press that runs the prompt again inside its hook (KVCompose) passes the caller's arguments on,
         # and explicit positions would put that second pass at 0..n-1 rather than after the prompt (n..2n-1).
         positions = None
-    with press_context(press, model):
+    # SnapKV's scores keep their maximum on the device: no host sync per layer (engine.sync_free_scores)
+    with press_context(press, model), sync_free_scores(press):
         extra = {}
         if press is not None and isinstance(past_seen, int) and not forward_replaced(model):
             # the cache positions transformers would make, their last value known on the host: the press's hooks ask

@@ -1,0 +1,74 @@
+"""SnapKV's scores without a host sync per layer, for the engine's passes under a press.
+
+kvpress's ``SnapKVPress.score`` gives the observation window a score above every other slot, so it is always kept:
+``F.pad(scores, (0, window), value=scores.max().item() + 1)``. On a GPU that ``.item()`` waits for every kernel
+queued so far, once per attention layer, and the GPU then idles while the host launches the next ones: about 27 ms
+of an 8B prefill's ~185 ms on an H200 (docs/perf-reference.md). ``snapkv_scores`` computes the same tensor with the
+maximum left on the device: the same float64 sum (a bf16 or fp32 maximum plus one is exact in float64, as it is in
+the Python float kvpress makes) rounded to the scores' dtype, as ``fill_`` rounds kvpress's value. The scores are
+kvpress's bit for bit (``tests/test_sync_free_scores.py``, on kvpress's own ``score``).
+
+``sync_free_scores(press)`` puts it on every SnapKV in a press (an AdaKV or ChunkKV around one, a PyramidKV) for
+the engine's pass only: kvpress's pipeline, a cell on ``engine: kvpress_pipeline``, runs kvpress's code untouched.
+A subclass with a ``score`` of its own keeps it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+
+import torch
+from torch.nn import functional as F
+
+
+def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
+    """``SnapKVPress.score`` (kvpress 0.5.5), the observation window's score kept on the device."""
+    batch, kv_heads, k_len, _ = keys.shape
+    groups = module.config.num_attention_heads // kv_heads
+    window = press.window_size
+    if hidden_states.shape[1] <= window:
+        raise AssertionError(f"Query length {hidden_states.shape[1]} should be greater than the window size {window}")
+    if attentions is not None:
+        weights = attentions[..., -window:, :-window]
+    else:  # kvpress's own window attention
+        weights = press.compute_window_attention(module, hidden_states, keys, window, kwargs["position_embeddings"])
+    scores = F.avg_pool1d(weights.mean(dim=-2), kernel_size=press.kernel_size, padding=press.kernel_size // 2, stride=1)
+    scores = scores.view(batch, kv_heads, groups, k_len - window).mean(2)
+    above_all = (scores.max().to(torch.float64) + 1).to(scores.dtype)
+    return torch.cat([scores, above_all.expand(batch, kv_heads, window)], dim=-1)
+
+
+def _presses_in(press):
+    """``press`` and every press it holds (in its attributes, or a list of them), depth first: the attributes rather
+    than the dataclass fields, since a press such as CriticalKV takes its inner press in an ``__init__`` of its own."""
+    from kvpress.presses.base_press import BasePress
+
+    yield press
+    for value in list(vars(press).values()):
+        for inner in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(inner, BasePress):
+                yield from _presses_in(inner)
+
+
+@contextlib.contextmanager
+def sync_free_scores(press):
+    """Within: every SnapKV in ``press`` that scores with kvpress's ``SnapKVPress.score`` scores with
+    ``snapkv_scores``; the presses are as they were after."""
+    if press is None:
+        yield
+        return
+    from kvpress import SnapKVPress
+
+    replaced = [
+        inner
+        for inner in _presses_in(press)
+        if isinstance(inner, SnapKVPress) and type(inner).score is SnapKVPress.score and "score" not in vars(inner)
+    ]
+    for inner in replaced:
+        inner.score = types.MethodType(snapkv_scores, inner)
+    try:
+        yield
+    finally:
+        for inner in replaced:
+            del inner.score
