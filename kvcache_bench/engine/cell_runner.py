@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from kvcache_bench.engine.attention_plans import build_plans, prompt_calls, recording_prompt_attention
 from kvcache_bench.engine.caches import kv_bytes_per_token
 from kvcache_bench.engine.decoders import DECODERS, Strategy, shared_context_groups
 from kvcache_bench.engine.decoders.press_while_decoding import (
@@ -38,7 +39,8 @@ SECONDS_COVER = (
     "this example's prefill and compression (a shared context's split equally among its questions) plus its decode:"
     " alone, or an equal share of its decode batch's wall time; excluded: model loading, the GPU warm-up"
     " (warmup_seconds: one unmeasured example, once per model for each strategy and press, so 0 in a worker's later"
-    " cells) and a CUDA graph capture for a decode batch shape the model met first (graph_capture_seconds)"
+    " cells, plus, on a GPU, the attention plans of prompt lengths the worker had not met) and a CUDA graph capture"
+    " for a decode batch shape the model met first (graph_capture_seconds)"
 )
 
 
@@ -283,7 +285,9 @@ def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float
 
     def one_example():
         warming = CellGenerator(replace(generator.decoding, press=cell_press(run)), generator.strategy)
-        warming.generate([cell.prompts[first]], cell.others and [cell.others[first]])
+        # its prompt pass's attention calls, to build their plans for the cell's other lengths (engine.attention_plans)
+        with recording_prompt_attention(prompt_calls(generator.decoding.model)):
+            warming.generate([cell.prompts[first]], cell.others and [cell.others[first]])
 
     return warm_up_once(
         generator.decoding.model, warm_up_kind(generator.strategy.value, generator.decoding.press), one_example
@@ -347,6 +351,8 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     ):
         raise ValueError(problem)  # the check job refused what it could tell without the prompts
     warmup_seconds = warm_up(run, generator, cell) if cell.chunks else 0.0
+    # cuDNN's attention plan for each prompt length the cell has that this worker has not met, built unmeasured
+    warmup_seconds += build_plans(model, pressed_lengths(cell.prompts, generator.decoding.mode, cell.others))
     setting = cell_setting(run, generator, construction, warmup_seconds)
     slot_bytes, full_slot_bytes = kv_bytes_per_token(model, setting["kv_cache_bits"]), kv_bytes_per_token(model)
     bar = tqdm(
