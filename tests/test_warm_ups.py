@@ -215,3 +215,10 @@ def test_the_warm_up_runs_on_a_press_of_its_own_so_the_cells_press_sees_the_cell
     assert records[0]["warmup_seconds"] > 0 and len(built) == 2  # the cell's press, then the warm-up's
     cells, warm = built[0]["compress"], built[1]["compress"]
     assert warm > 0 and cells == warm * len(rows)  # one compression per layer and example, each where it belongs
+
+
+def test_a_scorer_taken_in_an_init_of_its_own_is_part_of_the_kind():
+    """CriticalKV takes its scorer in its own ``__init__`` (no dataclass field): CriticalKV over SnapKV and over another
+    scorer run other kernels, so one's warm-up must not stand for the other's."""
+    kind = warm_ups.warm_up_kind("decode_many", press_for("critical_snapkv"))
+    assert kind[1:] == ("kvpress.presses.criticalkv_press.CriticalKVPress", "kvpress.presses.snapkv_press.SnapKVPress")

@@ -21,6 +21,8 @@ import types
 import torch
 from torch.nn import functional as F
 
+from kvcache_bench.engine.press_tree import presses_in
+
 
 def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
     """``SnapKVPress.score`` (kvpress 0.5.5), the observation window's score kept on the device."""
@@ -39,18 +41,6 @@ def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs
     return torch.cat([scores, above_all.expand(batch, kv_heads, window)], dim=-1)
 
 
-def _presses_in(press):
-    """``press`` and every press it holds (in its attributes, or a list of them), depth first: the attributes rather
-    than the dataclass fields, since a press such as CriticalKV takes its inner press in an ``__init__`` of its own."""
-    from kvpress.presses.base_press import BasePress
-
-    yield press
-    for value in list(vars(press).values()):
-        for inner in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(inner, BasePress):
-                yield from _presses_in(inner)
-
-
 @contextlib.contextmanager
 def sync_free_scores(press):
     """Within: every SnapKV in ``press`` that scores with kvpress's ``SnapKVPress.score`` scores with
@@ -62,7 +52,7 @@ def sync_free_scores(press):
 
     replaced = [
         inner
-        for inner in _presses_in(press)
+        for inner in presses_in(press)
         if isinstance(inner, SnapKVPress) and type(inner).score is SnapKVPress.score and "score" not in vars(inner)
     ]
     for inner in replaced:

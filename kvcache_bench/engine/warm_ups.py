@@ -13,7 +13,6 @@ one): they are put back as they were, so a cell's numbers do not depend on wheth
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from collections.abc import Callable
 import torch
 
 from kvcache_bench.engine.loading import synchronize
+from kvcache_bench.engine.press_tree import presses_in
 
 log = logging.getLogger(__name__)
 
@@ -31,14 +31,7 @@ def press_classes(press) -> tuple[str, ...]:
     """The press's class and those of the presses it wraps (AdaKV's scorer, a composed press's parts), in order."""
     if press is None:
         return ()
-    names = [f"{type(press).__module__}.{type(press).__qualname__}"]
-    if dataclasses.is_dataclass(press):
-        for field in dataclasses.fields(press):
-            value = getattr(press, field.name, None)
-            for part in value if isinstance(value, (list, tuple)) else [value]:
-                if dataclasses.is_dataclass(part) and not isinstance(part, type) and hasattr(part, "compress"):
-                    names += press_classes(part)
-    return tuple(names)
+    return tuple(f"{type(part).__module__}.{type(part).__qualname__}" for part in presses_in(press))
 
 
 def warm_up_kind(work: str, press) -> tuple[str, ...]:
