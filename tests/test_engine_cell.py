@@ -1,22 +1,13 @@
 """run_cell (the generate rule's work) on the demo model: records carry the mode, retention and truncation."""
 
-from pathlib import Path
 
 import pytest
 
-from kvcache_bench.data.demo_model import build_demo_model
 from kvcache_bench.data.longbench import normalise_rows
 from kvcache_bench.data.synthetic import make_synthetic_rows
 from kvcache_bench.engine.cell_runner import run_cell
 from kvcache_bench.engine.loading import ModelSettings
 from kvcache_bench.study.cell import CellRun
-
-DEMO = Path(__file__).resolve().parents[1] / "resources" / "demo"
-
-
-@pytest.fixture(scope="module")
-def demo_model(tmp_path_factory):
-    return str(build_demo_model(DEMO / "model_config.json", DEMO / "tokenizer", 1234, tmp_path_factory.mktemp("model")))
 
 
 @pytest.fixture(scope="module")

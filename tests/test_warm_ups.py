@@ -139,13 +139,6 @@ def test_a_workers_prompts_are_tokenised_once_per_tokenizer(monkeypatch):
     assert len(prompt_tokens._PROMPT_MEMOS[tokenizer]) == 1
 
 
-@pytest.fixture(scope="module")
-def demo_model(tmp_path_factory):
-    from kvcache_bench.data.demo_model import build_demo_model
-
-    return str(build_demo_model(DEMO / "model_config.json", DEMO / "tokenizer", 1234, tmp_path_factory.mktemp("model")))
-
-
 def test_a_workers_first_cell_warms_up_its_later_cells_do_not_and_no_answer_depends_on_it(
     demo_model, warm_ups_on_the_cpu
 ):
