@@ -101,3 +101,39 @@ def test_liger_kernels_decode_batch_4_gives_their_batch_1_ids_near_transformers_
     assert [g.token_ids for g in generations] == reference
     del fused
     torch.cuda.empty_cache()
+
+
+def test_attention_plans_built_ahead_spare_a_prompt_its_plan_build():
+    """engine.attention_plans: on an H200 a prompt of a length its worker had not met paid ≈ 80 ms, which cuDNN spends
+    building an attention plan for the new shape (docs/perf-reference.md). After build_plans for that length the prompt
+    pass finds its plan: it takes a fraction of a never-met length's time, with the same cache and logits. bf16, as
+    the reference config runs (cuDNN's attention takes no fp32), on two layers of the 8B shape."""
+    import time
+
+    from kvcache_bench.engine.attention_plans import build_plans, prompt_calls, recording_prompt_attention
+    from kvcache_bench.engine.prefill import prefill_example
+
+    if not torch.backends.cuda.cudnn_sdp_enabled():
+        pytest.skip("cuDNN attention is off in this torch: no per-shape plans to build")
+    two_layers = build_random_model({**LLAMA_31_8B_SHAPE, "num_hidden_layers": 2}, torch.bfloat16, torch.device("cuda"), 0)
+    ids = torch.randint(3, LLAMA_31_8B_SHAPE["vocab_size"], (3000,), generator=torch.Generator().manual_seed(9)).tolist()
+
+    def prefill_seconds(length: int):
+        prompt = PromptTokens(ids[: length - QUESTION_TOKENS], ids[length - QUESTION_TOKENS : length])
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        # the pass under the press alone: decode_many runs the held-back tokens once per decode batch
+        press = build_press("snapkv", 0.5, seed=0)
+        done = prefill_example(two_layers, prompt, press, QuestionMode.QUESTION_AWARE, run_held_back=False)
+        torch.cuda.synchronize()
+        return time.perf_counter() - started, done
+
+    with recording_prompt_attention(prompt_calls(two_layers)):
+        prefill_seconds(1000)  # the warm-up: lazy loading, and the prompt pass's calls recorded
+    prefill_seconds(1100)
+    never_met, _ = prefill_seconds(1700)
+    pressed = 2300 - 1  # the prompt but the held-back last token
+    assert build_plans(two_layers, [pressed]) > 0
+    planned, done = prefill_seconds(2300)
+    assert planned < never_met / 2, (planned, never_met)
+    assert torch.equal(done.last_logits, prefill_seconds(2300)[1].last_logits)
