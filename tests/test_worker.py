@@ -149,10 +149,14 @@ def test_workers_are_for_local_jobs_only(monkeypatch):
 
 
 def test_a_job_killed_mid_cell_writes_nothing_and_its_worker_leaves(tmp_path, rows):
-    write_jsonl_atomic(rows, make_synthetic_rows(60, seed=5, min_words=200, max_words=300))
-    write_manifest(rows, {"rows": "60 synthetic rows"})
+    # enough rows that the cell cannot end between its first log line and the kill
+    write_jsonl_atomic(rows, make_synthetic_rows(600, seed=5, min_words=200, max_words=300))
+    write_manifest(rows, {"rows": "600 synthetic rows"})
+    # SIGINT ignored, as in every job of a Snakemake started with nohup or `&` from a script: the worker inherits it,
+    # and Python's interrupt of a cell whose client left is a SIGINT (under a nohup'd .ci/run this cell wrote its output)
     client = subprocess.Popen(_client_command(tmp_path, "killed", _params("snapkv", 0.5, True)), cwd=tmp_path, env=ENV,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     log = tmp_path / "killed.log"
     deadline = time.monotonic() + 300
     while "method=snapkv" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:

@@ -391,6 +391,10 @@ def serve(
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through `finally`: socket removed, manifest written
+    # A cell whose client left is stopped by _thread.interrupt_main, which is a SIGINT: a worker started from a job of
+    # a Snakemake run under nohup or `&` inherits SIGINT ignored, and the interrupt did nothing (the cell ran on and
+    # wrote its outputs after its job was killed). Python's own handler, whatever was inherited.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     serve(sys.argv[1], Path(sys.argv[2]), json.loads(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     sys.stdout.flush()
     os._exit(0)  # tearing down torch's interpreter state takes seconds on a busy machine and frees nothing more
