@@ -37,7 +37,10 @@ def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs
         weights = press.compute_window_attention(module, hidden_states, keys, window, kwargs["position_embeddings"])
     scores = F.avg_pool1d(weights.mean(dim=-2), kernel_size=press.kernel_size, padding=press.kernel_size // 2, stride=1)
     scores = scores.view(batch, kv_heads, groups, k_len - window).mean(2)
-    above_all = (scores.max().to(torch.float64) + 1).to(scores.dtype)
+    # float64 as kvpress's Python float. MPS has no float64; float32 gives the same value there: kvpress's float64 sum
+    # of a maximum in [0, 1] and 1 is exact, so its rounding to the dtype (through float32, as fill_ does) is float32's
+    wide = torch.float32 if scores.device.type == "mps" else torch.float64
+    above_all = (scores.max().to(wide) + 1).to(scores.dtype)
     return torch.cat([scores, above_all.expand(batch, kv_heads, window)], dim=-1)
 
 
