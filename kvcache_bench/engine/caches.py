@@ -62,6 +62,22 @@ def kv_bytes_per_token(model, kv_cache_bits: int | None = None) -> float:
     return values_per_token * element_bytes
 
 
+def attention_modules(model) -> list:
+    """The decoder layers' attention modules, found as kvpress finds the modules it hooks: the only modules a press
+    leaves key masks on (``masked_key_indices``) and the only ones kvpress's attention reads them from.
+
+    Rather than ``model.modules()``: that walk visits every module of the model (hundreds on an 8B Llama) and
+    ran twice per example between two prefills, with the GPU idle.
+    """
+    language_model = model.model.language_model if hasattr(model.model, "language_model") else model.model
+    return [layer.self_attn for layer in language_model.layers]
+
+
+def has_key_masks(model) -> bool:
+    """Whether a press left per-head key masks on the model's attention modules."""
+    return any(getattr(module, "masked_key_indices", None) is not None for module in attention_modules(model))
+
+
 def clear_key_masks(model) -> None:
     """Forget the per-head key masks a press left on the attention modules (kvpress's ``masked_key_indices``).
 
@@ -69,6 +85,6 @@ def clear_key_masks(model) -> None:
     eager attention (KVCompose) never does: in a model worker, which runs cell after cell on one model, the
     last masking cell's masks would hide keys of the next cell's cache (or index past its end).
     """
-    for module in model.modules():
+    for module in attention_modules(model):
         if getattr(module, "masked_key_indices", None) is not None:
             module.masked_key_indices = None

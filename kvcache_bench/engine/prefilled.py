@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvcache_bench.engine.caches import clear_key_masks, default_cache
+from kvcache_bench.engine.caches import attention_modules, clear_key_masks, default_cache, has_key_masks
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import Prefill, prefill_example, prefill_shared_context
 from kvcache_bench.study.prompt_tokens import PromptTokens
@@ -59,7 +59,7 @@ def stacking_obstacle(model, cache, *, masks_carried: bool = False) -> str | Non
 
     if type(cache) is not DynamicCache:
         return f"{type(cache).__name__} cannot be stacked into a batch"
-    if not masks_carried and any(getattr(m, "masked_key_indices", None) is not None for m in model.modules()):
+    if not masks_carried and has_key_masks(model):
         return "the press masks keys per head (kept count differs across heads of a layer)"
     return None
 
@@ -71,7 +71,7 @@ def take_key_masks(model, cache, *, clear: bool = True) -> list[torch.Tensor | N
     next question's prefill still needs them. None when no layer hid anything."""
     layers = cache.layers
     masks: list[torch.Tensor | None] = [None] * len(layers)
-    for module in model.modules():
+    for module in attention_modules(model):
         indices = getattr(module, "masked_key_indices", None)
         if indices is None:
             continue

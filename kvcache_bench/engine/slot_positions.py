@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import torch
 
+from kvcache_bench.engine.caches import attention_modules
+
 _CHUNK = 4096  # positions hashed at once: the int64 copy of a chunk's keys is 8x a float32 key chunk per head
 
 
 class UntraceableSlotsError(ValueError):
     pass
-
-
-def _attention_modules(model) -> list:
-    language_model = model.model.language_model if hasattr(model.model, "language_model") else model.model
-    return [layer.self_attn for layer in language_model.layers]
 
 
 def _key_hashes(keys: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -41,7 +38,7 @@ class KeptPositions:
     """
 
     def __init__(self, model):
-        self._modules = _attention_modules(model)
+        self._modules = attention_modules(model)
         generator = torch.Generator().manual_seed(0)
         head_dim = (
             getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads

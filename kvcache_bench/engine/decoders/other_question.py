@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache, mean_cache_length
+from kvcache_bench.engine.caches import default_cache, has_key_masks, mean_cache_length
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
 from kvcache_bench.engine.greedy import DecodePath, Generation
 from kvcache_bench.engine.loading import synchronize
@@ -48,7 +48,7 @@ def compress_with_other_question(
         last_logits = prefill(model, cache, context_ids + other_question_ids, press)
     if type(cache) is not DynamicCache:
         raise ValueError(f"the other-question mode removes slots from a DynamicCache, not a {type(cache).__name__}")
-    if any(getattr(module, "masked_key_indices", None) is not None for module in model.modules()):
+    if has_key_masks(model):
         raise ValueError("the other-question mode cannot remove slots of a press that masks keys per head")
     kept = mean_cache_length(cache)
     positions = tracker.positions(cache)
