@@ -94,6 +94,20 @@ def test_each_new_length_is_built_once_per_worker_and_only_on_a_gpu(model, atten
     assert build_plans(model, [100, 130]) == 0.0 and attention_calls == []
 
 
+def test_switched_off_the_cell_builds_its_plans_in_its_timed_passes_and_says_so(model, attention_calls, monkeypatch):
+    """``KVCACHE_BENCH_ATTENTION_PLANS=0`` measures what a cold cell pays: nothing is built ahead, and the records'
+    ``attention_plans`` tells that run from one that built them ahead."""
+    with recording_prompt_attention(prompt_calls(model)):
+        _prefill(model, 150)
+    assert attention_plans.plans_mode(model) == "none"  # the CPU builds no plans
+    monkeypatch.setattr(attention_plans, "PLANNED_DEVICES", ("cuda", "cpu"))
+    assert attention_plans.plans_mode(model) == "ahead"
+    monkeypatch.setenv("KVCACHE_BENCH_ATTENTION_PLANS", "0")
+    assert attention_plans.plans_mode(model) == "in_cell"
+    attention_calls.clear()
+    assert build_plans(model, [140, 160]) == 0.0 and attention_calls == []
+
+
 def test_a_cell_builds_its_prompt_lengths_before_it_is_timed_and_answers_the_same(demo_model, monkeypatch):
     """The plans are paid in warmup_seconds, never in an example's seconds, and change no answer."""
     from kvcache_bench.data.longbench import normalise_rows
@@ -134,3 +148,4 @@ def test_a_cell_builds_its_prompt_lengths_before_it_is_timed_and_answers_the_sam
     assert len(lengths) == 3 and seconds > 0 and seconds_again == 0.0  # a worker's later cell meets them built
     assert planned[0]["warmup_seconds"] > seconds and again[0]["warmup_seconds"] == 0.0
     assert prompt_calls(loaded.model)  # recorded in the warm-up's prompt pass
+    assert {r["attention_plans"] for r in plain} == {"none"} and {r["attention_plans"] for r in planned} == {"ahead"}

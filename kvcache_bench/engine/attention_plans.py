@@ -12,12 +12,16 @@ keys, a prompt into an empty cache), on empty tensors of the new length with the
 arguments. Those are what the plan cache is keyed on, so the cell's own calls find their plans. The kernels, and so
 the numbers the cell computes, are the ones it would run anyway; only when their set-up is paid moves. A call whose
 layout an empty tensor cannot reproduce (a slice of a fused projection) is left to build its plan in the cell.
+
+``KVCACHE_BENCH_ATTENTION_PLANS=0`` leaves every plan to be built in the timed passes, as before: what a cold cell
+pays, to measure against (records say which, ``attention_plans``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -29,6 +33,14 @@ from kvcache_bench.engine.loading import synchronize
 log = logging.getLogger(__name__)
 
 PLANNED_DEVICES = ("cuda",)  # where attention builds per-shape plans (cuDNN); elsewhere there is nothing to build
+
+
+def plans_mode(model) -> str:
+    """Where a cell's attention plans are built (a record field): ``ahead`` of its timed passes, ``in_cell`` (switched
+    off by ``KVCACHE_BENCH_ATTENTION_PLANS=0``), or ``none`` (a device that builds none)."""
+    if model.device.type not in PLANNED_DEVICES:
+        return "none"
+    return "in_cell" if os.environ.get("KVCACHE_BENCH_ATTENTION_PLANS", "1") == "0" else "ahead"
 
 
 @dataclass(frozen=True)
@@ -95,8 +107,8 @@ def prompt_calls(model) -> set[PromptAttentionCall]:
 @torch.inference_mode()
 def build_plans(model, lengths: list[int]) -> float:
     """Seconds spent making ``model``'s recorded prompt attention calls at each of ``lengths`` not yet made on this
-    thread, so that cuDNN's plans for them exist before a cell is timed; 0.0 off a GPU."""
-    if model.device.type not in PLANNED_DEVICES:
+    thread, so that cuDNN's plans for them exist before a cell is timed; 0.0 off a GPU or when switched off."""
+    if plans_mode(model) != "ahead":
         return 0.0
     built = getattr(model, "_kvbench_planned", None)
     if built is None:

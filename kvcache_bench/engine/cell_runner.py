@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from kvcache_bench.engine.attention_plans import build_plans, prompt_calls, recording_prompt_attention
+from kvcache_bench.engine.attention_plans import build_plans, plans_mode, prompt_calls, recording_prompt_attention
 from kvcache_bench.engine.caches import kv_bytes_per_token
 from kvcache_bench.engine.decoders import DECODERS, Strategy, shared_context_groups
 from kvcache_bench.engine.decoders.press_while_decoding import (
@@ -302,6 +302,7 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
         "max_context_tokens": run.model_settings.max_context_tokens,
         "warmup_seconds": warmup_seconds,
         "decode_steps": decode_mode(generator.decoding.model) if strategy in DECODED_TOGETHER else "eager",
+        "attention_plans": plans_mode(generator.decoding.model),  # cuDNN's per-length set-up: timed or not
         # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
         "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
         "method": run.method,

@@ -19,6 +19,7 @@ import time
 
 import torch
 
+from kvcache_bench.engine.attention_plans import plans_mode
 from kvcache_bench.engine.caches import clear_key_masks, mean_cache_length
 from kvcache_bench.engine.decoders.press_while_decoding import presses_while_decoding
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, synchronize
@@ -114,6 +115,8 @@ def run_cell_on_kvpress_pipeline(
             "seconds": seconds,
             "seconds_cover": SECONDS_COVER,
             "warmup_seconds": warmup_seconds,
+            # kvpress's pipeline runs as a user runs it: cuDNN builds its plans in the timed calls
+            "attention_plans": "none" if plans_mode(model) == "none" else "in_cell",
             "engine": KVPRESS_PIPELINE,
             "method": method,
             "retention": retention,
