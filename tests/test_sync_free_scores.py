@@ -6,7 +6,7 @@ import torch
 
 import kvcache_bench.engine.prefill as prefill_module
 from kvcache_bench.engine.prefill import prefill_example
-from kvcache_bench.engine.sync_free_scores import snapkv_scores, sync_free_scores
+from kvcache_bench.engine.sync_free_scores import snapkv_scores, sync_free_scores, window_attention
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.prompt_tokens import PromptTokens
 from kvcache_bench.study.question_modes import QuestionMode
@@ -52,6 +52,53 @@ def test_scores_are_kvpress_own_bit_for_bit(model, dtype, given_attentions, wind
     assert ours.dtype == theirs.dtype == dtype and ours.shape == theirs.shape == (2, kv_heads, length)
     assert torch.equal(ours, theirs)
     assert (ours[..., -window_size:] > ours[..., :-window_size].max()).all()  # the window always survives
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("length, window_size", [(130, 64), (65, 64), (300, 8)])
+def test_window_attention_is_kvpress_own_bit_for_bit_without_its_full_size_mask(model, dtype, length, window_size):
+    """The weights every SnapKV score is made of: kvpress's bit for bit, a prompt one token longer than the window
+    included, and zero keys before and inside the window (weights of exactly 0 before softmax, to which kvpress adds
+    0 and the engine adds nothing)."""
+    from kvpress import SnapKVPress
+
+    attention = model.model.layers[0].self_attn.to(dtype)
+    try:
+        generator = torch.Generator().manual_seed(length)
+        hidden = torch.randn(2, length, model.config.hidden_size, generator=generator).to(dtype)
+        keys = torch.randn(2, model.config.num_key_value_heads, length, attention.head_dim, generator=generator)
+        keys[:, :, [3, length - 2]] = 0.0
+        angles = torch.randn(2, length, attention.head_dim, generator=generator)
+        embeddings = (angles.cos().to(dtype), angles.sin().to(dtype))
+        ours = window_attention(attention, hidden, keys.to(dtype), window_size, embeddings)
+        theirs = SnapKVPress.compute_window_attention(attention, hidden, keys.to(dtype), window_size, embeddings)
+    finally:
+        attention.to(torch.float32)
+    assert ours.shape == theirs.shape == (2, model.config.num_attention_heads, window_size, length - window_size)
+    assert torch.equal(ours, theirs)
+
+
+def test_a_press_with_a_window_attention_of_its_own_keeps_it(model):
+    """A SnapKV subclass that computes its window attention its own way is scored with it, not with the engine's."""
+    from kvpress import SnapKVPress
+
+    calls = []
+
+    class Uniform(SnapKVPress):
+        @staticmethod
+        def compute_window_attention(module, hidden_states, keys, window_size, position_embeddings):
+            calls.append(window_size)
+            batch, kv_heads, k_len, _ = keys.shape
+            return torch.full((batch, module.config.num_attention_heads, window_size, k_len - window_size), 0.5)
+
+    press, attention = Uniform(compression_ratio=0.5, window_size=8), model.model.layers[0].self_attn
+    hidden = torch.randn(1, 40, model.config.hidden_size)
+    keys = torch.randn(1, model.config.num_key_value_heads, 40, attention.head_dim)
+    angles = torch.randn(1, 40, attention.head_dim)
+    kwargs = {"position_embeddings": (angles.cos(), angles.sin())}
+    ours = snapkv_scores(press, attention, hidden, keys, keys, None, kwargs)
+    theirs = SnapKVPress.score(press, attention, hidden, keys, keys, None, kwargs)
+    assert calls == [8, 8] and torch.equal(ours, theirs)
 
 
 @pytest.mark.parametrize("method", SNAPKV_METHODS)

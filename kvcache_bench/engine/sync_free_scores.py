@@ -8,6 +8,11 @@ maximum left on the device: the same float64 sum (a bf16 or fp32 maximum plus on
 the Python float kvpress makes) rounded to the scores' dtype, as ``fill_`` rounds kvpress's value. The scores are
 kvpress's bit for bit (``tests/test_sync_free_scores.py``, on kvpress's own ``score``).
 
+Its window attention (``window_attention``) also leaves out kvpress's mask the size of the window's attention (32
+heads x 64 queries x every key: ``ones_like``, ``* -inf``, ``triu``, ``+=``, four passes over ~20 MB per layer of a
+5k-token 8B prompt): only the window's own keys are ever masked, so the same ``-inf`` is written there alone, and
+every other weight, which kvpress adds 0 to, is left as it is (x + 0 is x). Same weights, same scores.
+
 ``sync_free_scores(press)`` puts it on every SnapKV in a press (an AdaKV or ChunkKV around one, a PyramidKV) for
 the engine's pass only: kvpress's pipeline, a cell on ``engine: kvpress_pipeline``, runs kvpress's code untouched.
 A subclass with a ``score`` of its own keeps it.
@@ -16,12 +21,31 @@ A subclass with a ``score`` of its own keeps it.
 from __future__ import annotations
 
 import contextlib
+import math
 import types
 
 import torch
 from torch.nn import functional as F
 
 from kvcache_bench.engine.press_tree import presses_in
+
+
+def window_attention(module, hidden_states, keys, window_size, position_embeddings) -> torch.Tensor:
+    """``SnapKVPress.compute_window_attention`` (kvpress 0.5.5), the causal mask applied to the window's keys alone."""
+    from kvpress.utils import get_prerope_query_states
+    from transformers.models.llama.modeling_llama import repeat_kv, rotate_half
+
+    groups = module.config.num_attention_heads // module.config.num_key_value_heads
+    query_states = get_prerope_query_states(module, hidden_states[:, -window_size:])
+    cos, sin = position_embeddings
+    cos, sin = cos[:, -window_size:], sin[:, -window_size:]
+    query_states = (query_states * cos.unsqueeze(1)) + (rotate_half(query_states) * sin.unsqueeze(1))
+    weights = torch.matmul(query_states, repeat_kv(keys, groups).transpose(2, 3)) / math.sqrt(module.head_dim)
+    # kvpress's triu(diagonal=k_len - window + 1): window query i never sees window key j > i; nothing else is masked
+    later = torch.ones(window_size, window_size, dtype=torch.bool, device=weights.device).triu(1)
+    weights[..., -window_size:].masked_fill_(later, float("-inf"))
+    weights = torch.nn.functional.softmax(weights, dim=-1, dtype=torch.float32).to(query_states.dtype)
+    return weights[..., :-window_size]
 
 
 def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs) -> torch.Tensor:
@@ -33,8 +57,14 @@ def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs
         raise AssertionError(f"Query length {hidden_states.shape[1]} should be greater than the window size {window}")
     if attentions is not None:
         weights = attentions[..., -window:, :-window]
-    else:  # kvpress's own window attention
-        weights = press.compute_window_attention(module, hidden_states, keys, window, kwargs["position_embeddings"])
+    else:  # kvpress's window attention, without its full-size mask (a subclass's own is its own)
+        from kvpress import SnapKVPress
+
+        compute = press.compute_window_attention
+        own = "compute_window_attention" in vars(press)
+        if not own and type(press).compute_window_attention is SnapKVPress.compute_window_attention:
+            compute = window_attention
+        weights = compute(module, hidden_states, keys, window, kwargs["position_embeddings"])
     scores = F.avg_pool1d(weights.mean(dim=-2), kernel_size=press.kernel_size, padding=press.kernel_size // 2, stride=1)
     scores = scores.view(batch, kv_heads, groups, k_len - window).mean(2)
     # float64 as kvpress's Python float. MPS has no float64; float32 gives the same value there: kvpress's float64 sum
