@@ -170,9 +170,14 @@ class StaticDecodeState:
         ).view(-1, 1)
         held = (slots >= held_starts) & (slots < first_generated_slot)
         heads = self.shape.mask_heads
-        for layer, (cache_layer, mask) in enumerate(zip(self.cache.layers, self.masks)):
-            lengths = [p.slot_lengths(layer) * (heads // len(p.slot_lengths(layer))) for p in prefilled]
-            starts = prompt_width - torch.tensor(lengths, device=device).view(len(prefilled), heads, 1)
+        # every layer's first real slot per row and head, copied to the device at once: a copy of host data waits for
+        # the work queued before it, and one per layer waited for each layer's cache copies
+        lengths = [
+            [p.slot_lengths(layer) * (heads // len(p.slot_lengths(layer))) for p in prefilled]
+            for layer in range(len(self.masks))
+        ]
+        all_starts = prompt_width - torch.tensor(lengths, device=device).view(len(self.masks), len(prefilled), heads, 1)
+        for layer, (cache_layer, mask, starts) in enumerate(zip(self.cache.layers, self.masks, all_starts)):
             real = (slots >= starts) & (slots < prompt_width)
             # slots a masking press hid stay unread, as kvpress's fake keys hide them at batch 1
             for row, p in enumerate(prefilled):
@@ -202,14 +207,16 @@ class StaticDecodeState:
     def _run_held_back(self, model, prefilled: list[PrefilledPrompt], prompt_width: int, block: int) -> torch.Tensor:
         """One forward of every row's held-back tokens on the loaded caches: each row's last-token logits."""
         device = self.tokens.device
-        ids = torch.zeros(len(prefilled), block, dtype=torch.long, device=device)
-        positions = torch.zeros(len(prefilled), block, dtype=torch.long, device=device)
+        # made on the host and copied once: a copy per row would wait, each time, for everything queued before it
+        ids = torch.zeros(len(prefilled), block, dtype=torch.long)
+        positions = torch.zeros(len(prefilled), block, dtype=torch.long)
         for row, p in enumerate(prefilled):
             count = len(p.held_back_ids)
             if count:
-                ids[row, block - count :] = torch.tensor(p.held_back_ids, device=device)
+                ids[row, block - count :] = torch.tensor(p.held_back_ids)
                 start = p.held_back_position
-                positions[row, block - count :] = torch.arange(start, start + count, device=device)
+                positions[row, block - count :] = torch.arange(start, start + count)
+        ids, positions = ids.to(device), positions.to(device)
         block_slots = torch.arange(prompt_width, prompt_width + block, device=device)
         causal = torch.arange(self.shape.capacity, device=device).view(1, 1, 1, -1) <= block_slots.view(1, 1, -1, 1)
         outputs = model(
