@@ -83,3 +83,37 @@ def test_every_tool_and_module_the_docs_name_exists_or_is_marked_retired():
     assert missing_paths("tools/gpu/gone.py (retired, git show abc1234:tools/gpu/gone.py)") == []
     missing = {str(path.relative_to(REPO)): found for path in files if (found := missing_paths(path.read_text()))}
     assert not missing, missing
+
+
+# A link to a heading works on GitHub only when its anchor is the heading's slug: lower case, punctuation dropped,
+# spaces to hyphens (so a heading that grows a date or a path changes its anchor).
+LINK = re.compile(r"\]\(([^()\s#]*)#([^()\s]+)\)")
+
+
+def github_slug(heading: str) -> str:
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def broken_anchors(page, text: str) -> list[str]:
+    broken = []
+    for target, anchor in LINK.findall(text):
+        linked = (page.parent / target) if target else page
+        if linked.suffix != ".md" or not linked.exists():
+            continue  # a missing file is test_every_tool_and_module_the_docs_name_exists_or_is_marked_retired's
+        headings = re.findall(r"^#+ (.+)$", linked.read_text(), re.M)
+        if anchor not in {github_slug(heading) for heading in headings}:
+            broken.append(f"{target}#{anchor}")
+    return broken
+
+
+def test_every_link_to_a_heading_finds_it():
+    readme = REPO / "README.md"
+    assert github_slug("Liger kernels on real weights (one H200, `config/x.yaml`, 2026-12-04)") == (
+        "liger-kernels-on-real-weights-one-h200-configxyaml-2026-12-04"
+    )
+    assert broken_anchors(readme, "[a](docs/perf-reference.md#no-such-heading) [b](#performance)") == [
+        "docs/perf-reference.md#no-such-heading"
+    ]
+    pages = [readme, REPO / "config/README.md", REPO / "reference/README.md", *sorted((REPO / "docs").glob("*.md"))]
+    broken = {str(page.relative_to(REPO)): found for page in pages if (found := broken_anchors(page, page.read_text()))}
+    assert not broken, broken
