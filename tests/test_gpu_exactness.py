@@ -43,8 +43,16 @@ def model():
 @pytest.mark.parametrize("method", ["snapkv", "adakv_snapkv"])
 def test_decode_batch_4_gives_the_batch_1_engines_ids_in_fp32_on_the_8b_shape(model, method):
     prompts = random_prompts(4, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=3)
-    reference = [generate_one(Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
+    reference = [
+        generate_one(
+            Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p
+        ).token_ids
+        for p in prompts
+    ]
+    generations, path = generate_prefill_one_decode_many(
+        Decoding(model, build_press(method, 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4),
+        prompts,
+    )
     assert path.effective_decode_batch_size == 4 and path.fallback is None
     assert [g.token_ids for g in generations] == reference
 
@@ -58,7 +66,10 @@ def test_a_question_agnostic_masking_press_decodes_shared_contexts_together_with
     questions = random_prompts(4, 40, LLAMA_31_8B_SHAPE["vocab_size"], seed=6)
     prompts = [PromptTokens(contexts[i // 2].context_ids, questions[i].question_ids) for i in range(4)]
     mode = QuestionMode.QUESTION_AGNOSTIC
-    reference = [generate_one(Decoding(model, build_press("adakv_snapkv", 0.5, seed=0), mode, 32, set()), p).token_ids for p in prompts]
+    reference = [
+        generate_one(Decoding(model, build_press("adakv_snapkv", 0.5, seed=0), mode, 32, set()), p).token_ids
+        for p in prompts
+    ]
     settings = Decoding(model, build_press("adakv_snapkv", 0.5, seed=0), mode, 32, set(), decode_batch_size=4)
     generations, path = shared_contexts_together.decode(settings, prompts)
     assert path.effective_decode_batch_size == 4 and path.fallback is None
@@ -72,7 +83,9 @@ def test_a_decode_shapes_graph_is_captured_once_and_replayed_with_the_same_ids(m
 
     release_decode_states(model)
     prompts = random_prompts(6, 1500, LLAMA_31_8B_SHAPE["vocab_size"], seed=7)  # batches of 4 and 2: two shapes
-    settings = Decoding(model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4)
+    settings = Decoding(
+        model, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4
+    )
     first, _ = generate_prefill_one_decode_many(settings, prompts)
     again, _ = generate_prefill_one_decode_many(settings, prompts)
     assert [g.token_ids for g in again] == [g.token_ids for g in first]
@@ -95,8 +108,18 @@ def test_liger_kernels_decode_batch_4_gives_their_batch_1_ids_near_transformers_
     with torch.no_grad():
         transformers_logits, fused_logits = model(ids).logits[0, -1], fused(ids).logits[0, -1]
     assert (fused_logits - transformers_logits).abs().max().item() < 1e-3 * transformers_logits.abs().max().item()
-    reference = [generate_one(Decoding(fused, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p).token_ids for p in prompts]
-    generations, path = generate_prefill_one_decode_many(Decoding(fused, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4), prompts)
+    reference = [
+        generate_one(
+            Decoding(fused, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set()), p
+        ).token_ids
+        for p in prompts
+    ]
+    generations, path = generate_prefill_one_decode_many(
+        Decoding(
+            fused, build_press("snapkv", 0.5, seed=0), QuestionMode.QUESTION_AWARE, 32, set(), decode_batch_size=4
+        ),
+        prompts,
+    )
     assert path.effective_decode_batch_size == 4 and path.fallback is None
     assert [g.token_ids for g in generations] == reference
     del fused
@@ -115,8 +138,12 @@ def test_attention_plans_built_ahead_spare_a_prompt_its_plan_build():
 
     if not torch.backends.cuda.cudnn_sdp_enabled():
         pytest.skip("cuDNN attention is off in this torch: no per-shape plans to build")
-    two_layers = build_random_model({**LLAMA_31_8B_SHAPE, "num_hidden_layers": 2}, torch.bfloat16, torch.device("cuda"), 0)
-    ids = torch.randint(3, LLAMA_31_8B_SHAPE["vocab_size"], (3000,), generator=torch.Generator().manual_seed(9)).tolist()
+    two_layers = build_random_model(
+        {**LLAMA_31_8B_SHAPE, "num_hidden_layers": 2}, torch.bfloat16, torch.device("cuda"), 0
+    )
+    ids = torch.randint(
+        3, LLAMA_31_8B_SHAPE["vocab_size"], (3000,), generator=torch.Generator().manual_seed(9)
+    ).tolist()
 
     def prefill_seconds(length: int):
         prompt = PromptTokens(ids[: length - QUESTION_TOKENS], ids[length - QUESTION_TOKENS : length])
@@ -137,3 +164,27 @@ def test_attention_plans_built_ahead_spare_a_prompt_its_plan_build():
     planned, done = prefill_seconds(2300)
     assert planned < never_met / 2, (planned, never_met)
     assert torch.equal(done.last_logits, prefill_seconds(2300)[1].last_logits)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_snapkv_window_attention_is_kvpress_own_bit_for_bit_on_the_gpu(dtype):
+    """engine.sync_free_scores.window_attention leaves out kvpress's full-size mask: on the GPU's kernels too, the
+    weights are kvpress's bit for bit, at the 8B layer's size and a prompt of 5,000 tokens (the reference config's)."""
+    from kvpress import SnapKVPress
+
+    from kvcache_bench.engine.sync_free_scores import window_attention
+
+    layer = build_random_model({**LLAMA_31_8B_SHAPE, "num_hidden_layers": 1}, dtype, torch.device("cuda"), 0)
+    attention = layer.model.layers[0].self_attn
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    length, head_dim = 5000, attention.head_dim
+    hidden = torch.randn(1, length, LLAMA_31_8B_SHAPE["hidden_size"], generator=generator, device="cuda", dtype=dtype)
+    keys = torch.randn(
+        1, LLAMA_31_8B_SHAPE["num_key_value_heads"], length, head_dim, generator=generator, device="cuda"
+    )
+    angles = torch.randn(1, length, head_dim, generator=generator, device="cuda")
+    embeddings = (angles.cos().to(dtype), angles.sin().to(dtype))
+    with torch.inference_mode():
+        ours = window_attention(attention, hidden, keys.to(dtype), 64, embeddings)
+        theirs = SnapKVPress.compute_window_attention(attention, hidden, keys.to(dtype), 64, embeddings)
+    assert torch.equal(ours, theirs)
