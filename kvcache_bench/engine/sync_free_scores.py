@@ -30,6 +30,13 @@ from torch.nn import functional as F
 from kvcache_bench.engine.press_tree import presses_in
 
 
+def _snapkv_own(press, name: str) -> bool:
+    """Whether ``press`` runs ``SnapKVPress``'s own method ``name``: not a subclass's, nor one set on the object."""
+    from kvpress import SnapKVPress
+
+    return name not in vars(press) and getattr(type(press), name) is getattr(SnapKVPress, name)
+
+
 def window_attention(module, hidden_states, keys, window_size, position_embeddings) -> torch.Tensor:
     """``SnapKVPress.compute_window_attention`` (kvpress 0.5.5), the causal mask applied to the window's keys alone."""
     from kvpress.utils import get_prerope_query_states
@@ -58,12 +65,7 @@ def snapkv_scores(press, module, hidden_states, keys, values, attentions, kwargs
     if attentions is not None:
         weights = attentions[..., -window:, :-window]
     else:  # kvpress's window attention, without its full-size mask (a subclass's own is its own)
-        from kvpress import SnapKVPress
-
-        compute = press.compute_window_attention
-        own = "compute_window_attention" in vars(press)
-        if not own and type(press).compute_window_attention is SnapKVPress.compute_window_attention:
-            compute = window_attention
+        compute = window_attention if _snapkv_own(press, "compute_window_attention") else press.compute_window_attention
         weights = compute(module, hidden_states, keys, window, kwargs["position_embeddings"])
     scores = F.avg_pool1d(weights.mean(dim=-2), kernel_size=press.kernel_size, padding=press.kernel_size // 2, stride=1)
     scores = scores.view(batch, kv_heads, groups, k_len - window).mean(2)
@@ -83,11 +85,7 @@ def sync_free_scores(press):
         return
     from kvpress import SnapKVPress
 
-    replaced = [
-        inner
-        for inner in presses_in(press)
-        if isinstance(inner, SnapKVPress) and type(inner).score is SnapKVPress.score and "score" not in vars(inner)
-    ]
+    replaced = [inner for inner in presses_in(press) if isinstance(inner, SnapKVPress) and _snapkv_own(inner, "score")]
     for inner in replaced:
         inner.score = types.MethodType(snapkv_scores, inner)
     try:
