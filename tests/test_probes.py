@@ -5,14 +5,16 @@ import pytest
 import torch
 
 from kvcache_bench.engine.loading import ModelSettings, load_model, load_tokenizer
+from kvcache_bench.methods.registry import build_press
 from kvcache_bench.runtime.probes import (
     attention_on_first_position,
     attention_sink_report,
     interleave_by_length,
     padding_effect,
+    pads_kept,
 )
 from kvcache_bench.study.cell import CellRun
-from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
+from tests.fixtures.tiny_models import random_prompt_ids, tiny_gemma3_with_vision, tiny_llama
 from tests.test_kvpress_parity import ANSWER_PREFIX, QUESTION, haystack
 
 
@@ -65,3 +67,14 @@ def test_left_padding_changes_compressed_answers_and_nothing_else(smollm2_eager)
     # StreamingLLM's 4 sinks are the first positions: in a padded row, pads, in every layer
     for row_pads, kept in zip(streaming["pad_tokens_per_row"], streaming["pads_kept_per_row_and_layer"]):
         assert len(kept) == layers and all(min(row_pads, 4) <= k <= row_pads for k in kept), (row_pads, kept)
+
+
+def test_pads_kept_counts_a_gemma3_whose_layers_sit_under_its_language_model():
+    # AutoModelForCausalLM loads Gemma 3 checkpoints with their vision tower: the probe once looked for the layers at
+    # model.model.layers and crashed on them before counting anything
+    model = tiny_gemma3_with_vision()
+    rows = [random_prompt_ids(100, 290, seed=1), random_prompt_ids(70, 290, seed=2)]  # the second has 30 pads
+    streaming = pads_kept(model, rows, build_press("streaming_llm", 0.5, {}, seed=0), pad_token_id=0)
+    assert streaming == [[0.0, 0.0], [4.0, 4.0]]  # its 4 sinks are the padded row's first positions, in both layers
+    full = pads_kept(model, rows, None, pad_token_id=0)
+    assert full == [[0.0, 0.0], [30.0, 30.0]]

@@ -18,6 +18,7 @@ import sys
 import torch
 
 from kvcache_bench.analysis.metrics import score_example
+from kvcache_bench.engine.caches import attention_modules, clear_key_masks
 from kvcache_bench.engine.decoders.padded_batch import left_padded_batch, padded_batch_answers
 from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.loading import stop_token_ids
@@ -199,8 +200,7 @@ def _prefilled_cache(model, input_ids, mask, press):
     from transformers import DynamicCache
 
     cache = DynamicCache()
-    for layer in model.model.layers:
-        layer.self_attn.masked_key_indices = None
+    clear_key_masks(model)
     with press_context(press, model):
         model.generate(
             input_ids=input_ids,
@@ -210,7 +210,7 @@ def _prefilled_cache(model, input_ids, mask, press):
             do_sample=False,
             pad_token_id=0,
         )
-    masked = [getattr(layer.self_attn, "masked_key_indices", None) for layer in model.model.layers]
+    masked = [getattr(module, "masked_key_indices", None) for module in attention_modules(model)]
     return cache, masked
 
 
