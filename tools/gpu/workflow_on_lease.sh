@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device call of a workflow run on the lent GPU, from the repository root, carrying .whl:
+#
+#   KVCACHE_BENCH_GIT_COMMIT=<sha> NAME=reference-1 BUDGET_S=540 \
+#     bash tools/gpu/workflow_on_lease.sh <snakemake targets> --configfile config/reference-h200.yaml
+#
+# Runs `snakemake` with the arguments given (targets first; `--cores all --resources gpu=1 --scheduler greedy
+# --rerun-incomplete` are added) for at most BUDGET_S seconds, then, finished or cut off, tars what the run has made
+# so far into $OUT/$NAME.tar: results/ (less the built models and tokenizers), logs/, benchmarks/ and the call's
+# snakemake log, as one file, since a device call brings back only a few. A run that the budget cut off goes on in the
+# next call on the still-warm machine, whose ignored folders (results/, .snakemake/) survive between calls: the
+# same command with another NAME.
+#
+# Why a script: the device's command line holds 2,000 characters, and earlier hand-written calls lost outputs (more
+# files than come back; a config left out of the archive; a lock left by a cut-off run that stopped the next).
+# KVCACHE_BENCH_GIT_COMMIT is required: the copy on the device has no .git, and every manifest names the commit.
+# Rehearse it here: NO_WHEELS=1 OUT=/tmp/lease NAME=demo bash tools/gpu/workflow_on_lease.sh all --configfile
+# config/demo.yaml (SNAKEMAKE_RESOURCES='' on a machine without a GPU).
+# No rule does this: it brings a workflow run back from a machine that keeps nothing once it is handed back.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+: "${OUT:?OUT must name the folder the device brings back}"
+: "${NAME:?NAME must name the archive of this call, e.g. reference-1}"
+: "${KVCACHE_BENCH_GIT_COMMIT:?must name the commit: put KVCACHE_BENCH_GIT_COMMIT=<git rev-parse HEAD, run here> in the command}"
+(( $# > 0 )) || { echo "give the snakemake targets and options" >&2; exit 2; }
+source tools/gpu/use_wheels.sh
+export KVCACHE_BENCH_GIT_COMMIT HF_HUB_OFFLINE=1 HF_HUB_DISABLE_PROGRESS_BARS=1 PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+log=$OUT/$NAME.snakemake.log
+read -ra resources <<< "${SNAKEMAKE_RESOURCES---resources gpu=1}"
+
+# a run cut off by the last call's budget left its lock behind
+python3 -m snakemake "$@" --unlock > /dev/null 2>&1 || true
+start=$(date +%s)
+timeout --signal=INT --kill-after=30 "${BUDGET_S:-540}" python3 -m snakemake "$@" --cores all "${resources[@]}" \
+  --scheduler greedy --rerun-incomplete > "$log" 2>&1
+status=$?
+verdict="snakemake exit $status after $(( $(date +%s) - start )) s"
+(( status == 124 )) && verdict+=": cut off by BUDGET_S=${BUDGET_S:-540}; the same command, another NAME, goes on"
+echo "$verdict" | tee -a "$log"
+
+present=()
+for folder in results logs benchmarks; do [[ -d $folder ]] && present+=("$folder"); done
+tar -cf "$OUT/$NAME.tar" --exclude=results/models --exclude=results/tokenizers "${present[@]}" -C "$OUT" "$NAME.snakemake.log"
+rm "$log"
+tail -n 25 <(tar -xOf "$OUT/$NAME.tar" "$NAME.snakemake.log")
+echo "$OUT/$NAME.tar: $(tar -tf "$OUT/$NAME.tar" | grep -vc '/$') files"
+exit "$status"
