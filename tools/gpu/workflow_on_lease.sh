@@ -29,8 +29,8 @@ mkdir -p "$OUT"
 log=$OUT/$NAME.snakemake.log
 read -ra resources <<< "${SNAKEMAKE_RESOURCES---resources gpu=1}"
 
-# a run cut off by the last call's budget left its lock behind
-python3 -m snakemake "$@" --unlock > /dev/null 2>&1 || true
+# a run cut off by the last call's budget may have left its lock behind (unlocking parses the workflow: only then)
+if compgen -G ".snakemake/locks/*" > /dev/null; then python3 -m snakemake "$@" --unlock > /dev/null 2>&1 || true; fi
 start=$(date +%s)
 timeout --signal=INT --kill-after=30 "${BUDGET_S:-540}" python3 -m snakemake "$@" --cores all "${resources[@]}" \
   --scheduler greedy --rerun-incomplete > "$log" 2>&1
@@ -42,7 +42,7 @@ echo "$verdict" | tee -a "$log"
 present=()
 for folder in results logs benchmarks; do [[ -d $folder ]] && present+=("$folder"); done
 tar -cf "$OUT/$NAME.tar" --exclude=results/models --exclude=results/tokenizers "${present[@]}" -C "$OUT" "$NAME.snakemake.log"
+tail -n 25 "$log"
 rm "$log"
-tail -n 25 <(tar -xOf "$OUT/$NAME.tar" "$NAME.snakemake.log")
 echo "$OUT/$NAME.tar: $(tar -tf "$OUT/$NAME.tar" | grep -vc '/$') files"
 exit "$status"
