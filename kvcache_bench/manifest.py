@@ -121,9 +121,28 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def device_description() -> dict[str, str]:
-    """The accelerator this process computes on, without importing torch when it is not loaded yet."""
-    description = {"host": platform.node(), "cpu": platform.processor() or platform.machine()}
+def cpu_model() -> str:
+    """The host processor's model name. One-at-a-time decoding (kvpress's pipeline, decode batch 1) launches each
+    step's kernels from Python, so its examples/s follow the host: two leases of the same GPU differed by 40% there."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_description() -> dict[str, str | int]:
+    """The accelerator this process computes on and the host that drives it, without importing torch when it is
+    not loaded yet."""
+    description: dict[str, str | int] = {
+        "host": platform.node(),
+        "cpu": platform.processor() or platform.machine(),
+        "cpu_model": cpu_model(),
+        # the cores this process may run on (a SLURM or taskset allotment), not the machine's
+        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 0,
+    }
     try:
         import sys
 

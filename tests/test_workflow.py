@@ -123,6 +123,8 @@ def test_every_output_carries_a_manifest(demo_run):
         manifest = json.loads(output.with_name(output.name + ".manifest.json").read_text())
         assert {"git_commit", "config_hash", "packages", "device", "seed"} <= set(manifest)
         assert manifest["packages"]["python"]
+        # the host's processor and allotted cores: one-at-a-time decoding runs at the host's speed
+        assert manifest["device"]["cpu_model"] and manifest["device"]["cpu_cores"] >= 1
 
 
 def test_models_load_without_remote_code_and_token_never_written(demo_run):
