@@ -81,11 +81,16 @@ def test_the_sweep_cost_sentences_are_the_committed_runs():
             f"start of {grid['worker_start_seconds']} s and {grid['cell_warmup_seconds']} s of per-cell warm-up") in _readme_text()
     table = (REPO / "docs/model-workers.md").read_text()
     for run, loads in [("h200-smollm2-needle", "two workers"), ("h200-smollm2-questions", "two workers"),
-                       ("h200-8b-cell/with-worker", "one worker"), ("h200-smollm2-needle-warm-once", "one worker")]:
+                       ("h200-8b-cell/with-worker", "one worker"), ("h200-smollm2-needle-warm-once", "one worker"),
+                       ("h200-2026-12-05/smollm2-needle-de99a74", "one worker")]:
         measured = cost(run)
         assert (f"| {measured['cells']} | {measured['wall_seconds']} | {measured['work_seconds']} | "
                 f"{measured['worker_start_seconds']} ({loads}) | {measured['cell_warmup_seconds']} | "
                 f"{measured['wall_over_work_plus_loads']:.2f} | `reference/{run}/` |") in table, run
+    needle = cost("h200-2026-12-05/smollm2-needle-de99a74")
+    assert (f"took {needle['wall_seconds']} s of wall time for {needle['work_seconds']} s of measured work, one worker "
+            f"start of {needle['worker_start_seconds']} s and {needle['cell_warmup_seconds']} s of warm-ups: "
+            f"{needle['wall_over_work_plus_loads']:.2f}× work + loads") in _readme_text()
     without = cost("h200-8b-cell/without-worker")
     assert (f"| {without['cells']} | {without['wall_seconds']} | {without['work_seconds']} | in wall | "
             f"{without['cell_warmup_seconds']} | {without['wall_over_work_plus_loads']:.2f} | `reference/h200-8b-cell/without-worker/` |") in table
