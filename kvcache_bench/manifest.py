@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -121,9 +122,12 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+@functools.cache
 def cpu_model() -> str:
     """The host processor's model name. One-at-a-time decoding (kvpress's pipeline, decode batch 1) launches each
-    step's kernels from Python, so its examples/s follow the host: two leases of the same GPU differed by 40% there."""
+    step's kernels from Python, so its examples/s follow the host: two leases of the same GPU differed by 40% there.
+    Read once per process: a model worker writes a manifest per cell, and /proc/cpuinfo is slow to make on a host
+    of many cores."""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name"):
