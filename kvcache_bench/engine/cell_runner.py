@@ -37,10 +37,11 @@ log = logging.getLogger(__name__)
 
 SECONDS_COVER = (
     "this example's prefill and compression (a shared context's split equally among its questions) plus its decode:"
-    " alone, or an equal share of its decode batch's wall time; excluded: model loading, the GPU warm-up"
-    " (warmup_seconds: one unmeasured example, once per model for each strategy and press, so 0 in a worker's later"
-    " cells, plus, on a GPU, the attention plans of prompt lengths the worker had not met) and a CUDA graph capture"
-    " for a decode batch shape the model met first (graph_capture_seconds)"
+    " alone, or an equal share of its decode batch's wall time (a decode batch's prefills run with no wait for the GPU"
+    " between them, each timed on the GPU's timeline from the previous example's end); excluded: model loading, the"
+    " GPU warm-up (warmup_seconds: one unmeasured example, once per model for each strategy and press, so 0 in a"
+    " worker's later cells, plus, on a GPU, the attention plans of prompt lengths the worker had not met) and a CUDA"
+    " graph capture for a decode batch shape the model met first (graph_capture_seconds)"
 )
 
 

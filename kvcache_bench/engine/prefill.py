@@ -46,6 +46,16 @@ def press_context(press, model):
     return press(model)
 
 
+def _on_device(ids: list[list[int]], device: torch.device) -> torch.Tensor:
+    """Token ids on ``device``. To a GPU through pinned memory, without a wait: a copy from ordinary host memory waits
+    for every kernel queued before it, and would stop a decode batch's next prefill from being launched while the GPU
+    still runs the last one (``engine.example_clock``)."""
+    ids = torch.tensor(ids)
+    if device.type != "cuda":
+        return ids.to(device)
+    return ids.pin_memory().to(device, non_blocking=True)
+
+
 def prefill(model, cache, token_ids: list[int], press=None, start_position: int = 0):
     """Run ``token_ids`` at positions start_position.. into ``cache`` (compressing if ``press``); last logits."""
     device = model.device
@@ -71,7 +81,7 @@ def prefill(model, cache, token_ids: list[int], press=None, start_position: int 
             install()
             extra["cache_position"] = cache_positions(past_seen, len(token_ids), device)
         outputs = model(
-            input_ids=torch.tensor([token_ids], device=device),
+            input_ids=_on_device([token_ids], device),
             past_key_values=cache,
             position_ids=positions,
             use_cache=True,

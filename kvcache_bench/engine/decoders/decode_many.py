@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from kvcache_bench.engine.decoders import Decoding
+from kvcache_bench.engine.example_clock import ExampleClock, Lap
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill, prefill_example
@@ -22,7 +21,8 @@ def generate_prefill_one_decode_many(
     """Generations for ``prompts`` in order: each prefilled alone, decoded ``settings.decode_batch_size`` at a time.
 
     ``settings.make_cache`` makes each example's empty cache (e.g. a QuantizedCache, which is decoded at batch 1).
-    An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time.
+    An example's ``seconds`` is its own prefill plus an equal share of its decode batch's wall time. The prefills of
+    a decode batch run without a wait for the GPU between them, each timed on the GPU's timeline (``ExampleClock``).
     A batch is decoded early when its compressed caches would pass ``settings.memory_budget_bytes`` (default: see
     ``decode_memory_budget``), so long prompts decode in smaller batches instead of running out of memory.
     """
@@ -36,7 +36,7 @@ def generate_prefill_one_decode_many(
     budget = decode_memory_budget(model.device) if memory_budget_bytes is None else memory_budget_bytes
     pending_bytes = 0
     generations: list[Generation | None] = [None] * len(prompts)
-    pending: list[tuple[int, PrefilledPrompt]] = []
+    pending: list[tuple[int, PrefilledPrompt, Lap]] = []
     fallbacks: set[str] = set()
     largest_batch = 0
 
@@ -44,11 +44,15 @@ def generate_prefill_one_decode_many(
         nonlocal largest_batch
         if not pending:
             return
+        synchronize(model.device)  # the batch's prefills end here: its decode's wall time holds none of their work
+        for _, p, lap in pending:
+            p.seconds = lap.seconds()
         decoded = decode_together_timed(
-            model, [p for _, p in pending], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
+            model, [p for _, p, _ in pending], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
         )
+        clock.restart()  # the decode timed itself
         share, capture = decoded.shares()
-        for (index, p), token_ids in zip(pending, decoded.token_ids):
+        for (index, p, _), token_ids in zip(pending, decoded.token_ids):
             generations[index] = Generation(
                 token_ids,
                 p.prompt_tokens,
@@ -60,8 +64,9 @@ def generate_prefill_one_decode_many(
         largest_batch = max(largest_batch, len(pending))
         pending.clear()
 
+    synchronize(model.device)  # nothing queued before the cell belongs to its first example
+    clock = ExampleClock(model.device)
     for index, prompt in enumerate(prompts):
-        start = time.perf_counter()
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
         batching = decode_batch_size > 1
         done = prefill_example(
@@ -77,7 +82,7 @@ def generate_prefill_one_decode_many(
                     last_logits = prefill(model, done.cache, held_back, None, start_position=done.pressed_tokens)
             token_ids = greedy_decode(settings, done.cache, last_logits, prompt_length)
             synchronize(model.device)
-            seconds = time.perf_counter() - start
+            seconds = clock.lap().seconds()
             generations[index] = Generation(token_ids, prompt_length, done.kept_tokens, seconds, done.pressed_tokens)
             largest_batch = max(largest_batch, 1)
             continue
@@ -87,8 +92,7 @@ def generate_prefill_one_decode_many(
             model, done, prompt_length, copy=False, held_back_ids=held_back, key_masks=True
         )
         del done
-        synchronize(model.device)
-        prefilled.seconds = time.perf_counter() - start
+        lap = clock.lap()  # no wait: the host goes on to launch the next prefill while the GPU runs this one
         row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
         if pending and pending_bytes + row_bytes > budget:
             fallbacks.add(
@@ -96,7 +100,7 @@ def generate_prefill_one_decode_many(
             )
             flush()
             pending_bytes = 0
-        pending.append((index, prefilled))
+        pending.append((index, prefilled, lap))
         pending_bytes += row_bytes
         if len(pending) == decode_batch_size:
             flush()
