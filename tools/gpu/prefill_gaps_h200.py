@@ -39,13 +39,23 @@ OWN_CODE = ("kvcache_bench/", "kvpress/", "transformers/", "liger_kernel/", "tor
 GAP_US = 5.0  # shorter stretches are a launch's own latency between queued kernels, not a wait
 
 
-def prefill_like_the_cell(model, prompt, press) -> float:
-    """decode_many's per-example work before its decode batch: the pass under the press and the snapshot, timed."""
+def prefill_like_the_cell(model, prompt, press, wait: bool) -> float:
+    """decode_many's per-example work before its decode batch: the pass under the press and the snapshot, timed.
+    ``wait``: wait for the GPU after each example, as decode_many did before engine/example_clock.py."""
     start = time.perf_counter()
     done = prefill_example(model, prompt, press, "question_aware", run_held_back=False)
     prefilled_from_cache(model, done, prompt.length, copy=False, key_masks=True)
-    synchronize(model.device)
+    if wait:
+        synchronize(model.device)
     return time.perf_counter() - start
+
+
+def prefills(model, prompts, press, wait: bool) -> list[float]:
+    """Each prompt's seconds: host time per example with ``wait``, else the whole run's wall split evenly."""
+    started = time.perf_counter()
+    seconds = [prefill_like_the_cell(model, p, press, wait) for p in prompts]
+    synchronize(model.device)
+    return seconds if wait else [(time.perf_counter() - started) / len(prompts)] * len(prompts)
 
 
 def site(stack: list[str]) -> str:
@@ -92,6 +102,7 @@ def main() -> None:
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--kernels", default="transformers")
     parser.add_argument("--examples", type=int, default=6)
+    parser.add_argument("--no-wait", action="store_true", help="no wait for the GPU between examples (decode_many now)")
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
     shape = TINY_LLAMA_SHAPE if args.tiny else LLAMA_31_8B_SHAPE
@@ -99,12 +110,13 @@ def main() -> None:
     use_kernels(model, args.kernels)
     prompts = random_prompts(args.examples, 300 if args.tiny else 5000, shape["vocab_size"], 0)
     press = build_press("snapkv", 0.5, seed=0)
-    unprofiled = [prefill_like_the_cell(model, p, press) for p in prompts + prompts[:1]]
+    wait = not args.no_wait
+    unprofiled = prefills(model, prompts, press, True) + prefills(model, prompts, press, wait)
     activities = [torch.profiler.ProfilerActivity.CPU] + (
         [torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else []
     )
     with torch.profiler.profile(activities=activities, with_stack=True) as profiler:
-        profiled = [prefill_like_the_cell(model, p, press) for p in prompts]
+        profiled = prefills(model, prompts, press, wait)
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "trace.json"
         profiler.export_chrome_trace(str(path))
@@ -122,8 +134,10 @@ def main() -> None:
         "device": device_name(device),
         "torch": torch.__version__,
         "kernels": args.kernels,
+        "wait_between_examples": wait,
         "examples": examples,
-        "unprofiled_ms_per_example": [round(s * 1e3, 2) for s in unprofiled],  # the last: the first prompt again, warm
+        # first pass cold (cuDNN plans of each length), second warm
+        "unprofiled_ms_per_example": [round(s * 1e3, 2) for s in unprofiled],
         "profiled_ms_per_example": [round(s * 1e3, 2) for s in profiled],
         "gpu_busy_ms_per_example": busy / 1e3 / examples,
         "first_to_last_kernel_ms_per_example": span / 1e3 / examples,
@@ -132,7 +146,8 @@ def main() -> None:
         "largest_gaps": sorted(gaps, key=lambda g: -g["us"])[:15],
     }
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"prefill_gaps_h200-{args.kernels}.json").write_text(json.dumps(record, indent=2) + "\n")
+    name = f"prefill_gaps_h200-{args.kernels}{'-no-wait' if args.no_wait else ''}.json"
+    (Path(args.out) / name).write_text(json.dumps(record, indent=2) + "\n")
     print(json.dumps({k: v for k, v in record.items() if k not in ("largest_gaps",)}, indent=1)[:6000])
 
 
