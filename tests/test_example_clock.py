@@ -1,9 +1,10 @@
 """A decode-batch cell's prefills run without a wait for the GPU between them, and their seconds still add up.
 
-Waiting for the GPU after each example left it idle while the host launched the next one: 4.5 ms per example on
-transformers' kernels and 43 ms on Liger's, on the 8B shape on an H200 (docs/perf-reference.md). The examples are
-now timed by marks on the GPU's own timeline (``ExampleClock``); these tests check, on the CPU, that the marks
-partition the cell's time (nothing counted twice, nothing dropped) and that the strategy no longer waits per example.
+Waiting for the GPU after each example left it idle while the host launched the next one (on the 8B shape on an
+H200, 3 ms per example at each start on transformers' kernels; Liger's path, slower to launch, idled about 20 ms per
+example; docs/perf-reference.md). The examples are now timed by marks on the GPU's own timeline (``ExampleClock``);
+these tests check, on the CPU, that the marks partition the cell's time (nothing counted twice, nothing dropped) and
+that the strategy no longer waits per example.
 """
 
 from __future__ import annotations

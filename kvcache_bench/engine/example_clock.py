@@ -1,13 +1,13 @@
 """Each example's seconds in a decode-batch cell, measured without stopping the GPU between examples.
 
 Timing an example by waiting for the GPU at its end (``torch.cuda.synchronize``) empties the GPU's queue: the next
-example's first kernels then wait for the host to launch them, and where the host launches more slowly than the GPU
-runs (SnapKV's scoring, Liger's Triton kernels) the GPU idles. On one H200, the 8B shape's prefill under SnapKV left the
-GPU idle 4.5 ms per example on transformers' kernels and 43 ms on Liger's (tools/gpu/prefill_gaps_h200.py,
-docs/perf-reference.md). So between the prefills of a decode batch nothing waits: each example's end is a CUDA event
-on the GPU's own timeline, and its seconds are the time from the previous mark to it. The marks partition the GPU's
-timeline, so a cell's seconds still add up to its wall time, idle included; only the wait for the host's next launch,
-which the host now makes while the GPU works, is gone.
+example's first kernels then wait for the host to launch them, and wherever the host launches more slowly than the GPU
+runs (SnapKV's scoring, Liger's Triton kernels) the GPU idles, with no lead built up to cover it. On one H200 the 8B
+shape's prefills under SnapKV left the GPU idle 4.5 ms per example on transformers' kernels (3 ms of it at each
+example's start) and, on Liger's, 43 ms under the profiler, about 20 ms without it (tools/gpu/prefill_gaps_h200.py,
+docs/perf-reference.md). So between the prefills of a decode batch nothing waits: each example's end is a CUDA event on
+the GPU's own timeline, and its seconds are the time from the previous mark to it. The marks partition the GPU's
+timeline, so a cell's seconds still add up to its wall time, idle included; what goes is the idle the waits caused.
 
 On other devices (CPU) work runs as it is called, and the marks are the host's clock.
 """
