@@ -25,7 +25,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_common import device_name  # noqa: E402
+from gpu_common import run_header  # noqa: E402
 
 from kvcache_bench.perf.rates import copy_bytes_per_s  # noqa: E402
 
@@ -146,9 +146,7 @@ def main() -> None:
         results.append(row)
         print(json.dumps(row), flush=True)
     record = {
-        "device": device_name(device),
-        "torch": torch.__version__,
-        "dtype": str(dtype),
+        **run_header(device, dtype),
         "rows": rows,
         "capacity": capacity,
         "kv_bytes_read": kv_bytes,

@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_common import device_name  # noqa: E402
+from gpu_common import run_header  # noqa: E402
 
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
 from kvcache_bench.engine import static_decode  # noqa: E402
@@ -88,9 +88,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
     record = {
-        "device": device_name(device),
-        "torch": torch.__version__,
-        "dtype": str(dtype),
+        **run_header(device, dtype),
         "copy_bandwidth_bytes_per_s": bandwidth,
         "weight_bytes_read_per_step": weight_bytes,
         "kv_bytes_per_token": kv_bytes_per_token,

@@ -34,3 +34,11 @@ def random_prompts(count: int, mean_tokens: int, vocab_size: int, seed: int) -> 
 def device_name(device: torch.device | str) -> str:
     device = torch.device(device)
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def run_header(device: torch.device | str, dtype: torch.dtype | None = None) -> dict:
+    """What every tool's JSON opens with: the device and torch it ran on, and its dtype."""
+    header = {"device": device_name(device), "torch": torch.__version__}
+    if dtype is not None:
+        header["dtype"] = str(dtype)
+    return header

@@ -26,7 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_common import device_name, random_prompts  # noqa: E402
+from gpu_common import random_prompts, run_header  # noqa: E402
 
 from kvcache_bench.data.model_shapes import LLAMA_31_8B_SHAPE, TINY_LLAMA_SHAPE, build_random_model  # noqa: E402
 from kvcache_bench.engine.kernels import use_kernels  # noqa: E402
@@ -131,8 +131,7 @@ def main() -> None:
     )
     examples = len(prompts)
     record = {
-        "device": device_name(device),
-        "torch": torch.__version__,
+        **run_header(device),
         "kernels": args.kernels,
         "wait_between_examples": wait,
         "examples": examples,
