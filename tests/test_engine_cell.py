@@ -75,6 +75,9 @@ def test_decode_batching_in_a_cell_changes_no_answer_and_says_so(rows, demo_mode
     # what ran and what the seconds cover: on a CPU, eager steps and no warm-up pass
     assert {r["decode_steps"] for r in together} == {"eager"} and {r["warmup_seconds"] for r in together} == {0.0}
     assert all("warm-up" in r["seconds_cover"] and "decode batch" in r["seconds_cover"] for r in together)
+    # only question-aware prefills one example at a time for a decode batch, and so skips the waits between them
+    assert {r["prefill_waits"] for r in together} == {"per_decode_batch" if mode == "question_aware" else "per_example"}
+    assert {r["prefill_waits"] for r in alone} == {"per_example"}
     if mode == "question_agnostic":
         assert all(r["shared_context_questions"] == 2 for r in together)
 

@@ -94,3 +94,25 @@ def test_token_ids_reach_a_gpu_through_pinned_memory_without_a_wait():
     assert copies == ["pinned", ("cuda", True)]
     assert ids.tolist() == [[5, 6, 7]]
     assert prefill_module._on_device([[5]], torch.device("cpu")).tolist() == [[5]]
+
+
+def test_the_waits_can_be_put_back_to_measure_them_and_records_say_which_ran(monkeypatch):
+    """``KVCACHE_BENCH_PREFILL_WAITS=per_example`` restores a wait after every prefill, so one checkout times both on one
+    machine (leases differ by up to 17%); ``prefill_waits`` in each record tells the two runs apart."""
+    from kvcache_bench.engine.example_clock import prefill_waits
+
+    model = demo_shaped_llama("sdpa")
+    settings = Decoding(model, press_for("snapkv"), QuestionMode.QUESTION_AWARE, NEW_TOKENS, STOP, decode_batch_size=4)
+    results = {}
+    for setting in ("per_decode_batch", "per_example"):
+        monkeypatch.setenv("KVCACHE_BENCH_PREFILL_WAITS", setting)
+        with mock.patch.object(decode_many, "synchronize") as waits:
+            generations, _ = generate_prefill_one_decode_many(settings, random_prompts())
+        results[setting] = ([g.token_ids for g in generations], waits.call_count, prefill_waits(True))
+    assert results["per_decode_batch"][1:] == (1 + 1, "per_decode_batch")
+    assert results["per_example"][1:] == (1 + 4 + 1, "per_example")
+    assert results["per_example"][0] == results["per_decode_batch"][0], "the waits change no answer"
+    assert prefill_waits(False) == "per_example", "a cell decoding one example at a time waits after each"
+    monkeypatch.setenv("KVCACHE_BENCH_PREFILL_WAITS", "sometimes")
+    with pytest.raises(ValueError, match="per_decode_batch, per_example"):
+        prefill_waits(True)

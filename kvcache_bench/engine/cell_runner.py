@@ -14,6 +14,7 @@ from kvcache_bench.engine.decoders.press_while_decoding import (
     WHILE_DECODING_FALLBACK,  # noqa: F401  (named by tests and docs)
     presses_while_decoding,
 )
+from kvcache_bench.engine.example_clock import prefill_waits
 from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation, decode_answer
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention
 from kvcache_bench.engine.static_decode import decode_mode
@@ -304,6 +305,8 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
         "warmup_seconds": warmup_seconds,
         "decode_steps": decode_mode(generator.decoding.model) if strategy in DECODED_TOGETHER else "eager",
         "attention_plans": plans_mode(generator.decoding.model),  # cuDNN's per-length set-up: timed or not
+        # whether the GPU was waited for between a decode batch's prefills (engine.example_clock)
+        "prefill_waits": prefill_waits(strategy == Strategy.DECODE_MANY and generator.decoding.decode_batch_size > 1),
         # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
         "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
         "method": run.method,

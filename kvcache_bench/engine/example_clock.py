@@ -10,10 +10,15 @@ the GPU's own timeline, and its seconds are the time from the previous mark to i
 timeline, so a cell's seconds still add up to its wall time, idle included; what goes is the idle the waits caused.
 
 On other devices (CPU) work runs as it is called, and the marks are the host's clock.
+
+``KVCACHE_BENCH_PREFILL_WAITS=per_example`` waits for the GPU after each prefill, as before: one checkout then measures
+what the waits cost on one machine (a model worker's key holds the variable, so each setting gets its own worker), and
+records say which ran (``prefill_waits``).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -58,3 +63,22 @@ class ExampleClock:
         lap = Lap(self._last, mark)
         self._last = mark
         return lap
+
+
+PREFILL_WAITS_VARIABLE = "KVCACHE_BENCH_PREFILL_WAITS"
+PREFILL_WAITS = ("per_decode_batch", "per_example")
+
+
+def waits_per_example() -> bool:
+    """Whether a decode batch's prefills wait for the GPU one by one (``KVCACHE_BENCH_PREFILL_WAITS=per_example``)."""
+    setting = os.environ.get(PREFILL_WAITS_VARIABLE, PREFILL_WAITS[0])
+    if setting not in PREFILL_WAITS:
+        raise ValueError(f"{PREFILL_WAITS_VARIABLE}={setting!r}: set it to one of {', '.join(PREFILL_WAITS)}")
+    return setting == "per_example"
+
+
+def prefill_waits(decode_batch_prefills: bool) -> str:
+    """A record's ``prefill_waits``: ``per_decode_batch`` where a decode batch's prefills ran with no wait between
+    them (``decode_batch_prefills``: the cell prefills one example at a time for a decode batch), else ``per_example``
+    (every other strategy times each example, or each shared context, to its end)."""
+    return PREFILL_WAITS[1] if not decode_batch_prefills or waits_per_example() else PREFILL_WAITS[0]

@@ -117,6 +117,7 @@ def run_cell_on_kvpress_pipeline(
             "warmup_seconds": warmup_seconds,
             # kvpress's pipeline runs as a user runs it: cuDNN builds its plans in the timed calls
             "attention_plans": "none" if plans_mode(model) == "none" else "in_cell",
+            "prefill_waits": "per_example",  # it times each example from its call to its answer
             "engine": KVPRESS_PIPELINE,
             "method": method,
             "retention": retention,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from kvcache_bench.engine.decoders import Decoding
-from kvcache_bench.engine.example_clock import ExampleClock, Lap
+from kvcache_bench.engine.example_clock import ExampleClock, Lap, waits_per_example
 from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill, prefill_example
@@ -66,6 +66,7 @@ def generate_prefill_one_decode_many(
 
     synchronize(model.device)  # nothing queued before the cell belongs to its first example
     clock = ExampleClock(model.device)
+    wait_each = waits_per_example()  # KVCACHE_BENCH_PREFILL_WAITS=per_example: the waits back, to measure them
     for index, prompt in enumerate(prompts):
         prompt_length = len(prompt.context_ids) + len(prompt.question_ids)
         batching = decode_batch_size > 1
@@ -92,6 +93,8 @@ def generate_prefill_one_decode_many(
             model, done, prompt_length, copy=False, held_back_ids=held_back, key_masks=True
         )
         del done
+        if wait_each:
+            synchronize(model.device)
         lap = clock.lap()  # no wait: the host goes on to launch the next prefill while the GPU runs this one
         row_bytes = sum(k.numel() * k.element_size() * 2 for k in prefilled.keys)
         if pending and pending_bytes + row_bytes > budget:
