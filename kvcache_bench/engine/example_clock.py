@@ -25,19 +25,46 @@ from dataclasses import dataclass
 import torch
 
 
+class DeviceClock:
+    """Marks on a device's timeline: on a GPU, CUDA events, recorded in the stream's order and read without a sync
+    until ``finish`` (or a mark's own wait); on other devices (CPU) work runs as it is called, and the marks are the
+    host's clock. The perf runs (``perf.runs``) time TTFT and inter-token gaps with it, a decode batch's prefills their
+    examples (``ExampleClock``)."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.events = device.type == "cuda"
+
+    def mark(self):
+        if not self.events:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def finish(self) -> None:
+        """Wait for every mark made so far."""
+        if self.events:
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self, start, end) -> float:
+        """Seconds from mark ``start`` to mark ``end``, both reached (after ``finish``, or ``end``'s own wait)."""
+        return start.elapsed_time(end) / 1e3 if self.events else end - start
+
+
 @dataclass(frozen=True)
 class Lap:
     """One example's span on the clock: from the previous mark to this example's end."""
 
-    start: object  # a torch.cuda.Event, or perf_counter seconds
+    clock: DeviceClock
+    start: object  # a mark of ``clock``
     end: object
 
     def seconds(self) -> float:
         """The span's seconds; on a GPU this waits for the span's end event (not for later work)."""
-        if isinstance(self.end, float):
-            return self.end - self.start
-        self.end.synchronize()
-        return self.start.elapsed_time(self.end) / 1e3
+        if self.clock.events:
+            self.end.synchronize()
+        return self.clock.seconds(self.start, self.end)
 
 
 class ExampleClock:
@@ -45,22 +72,15 @@ class ExampleClock:
     decode batch times itself), so that work belongs to no example's lap."""
 
     def __init__(self, device: torch.device):
-        self.events = device.type == "cuda"
+        self.clock = DeviceClock(device)
         self.restart()
 
-    def _mark(self):
-        if not self.events:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
     def restart(self) -> None:
-        self._last = self._mark()
+        self._last = self.clock.mark()
 
     def lap(self) -> Lap:
-        mark = self._mark()
-        lap = Lap(self._last, mark)
+        mark = self.clock.mark()
+        lap = Lap(self.clock, self._last, mark)
         self._last = mark
         return lap
 

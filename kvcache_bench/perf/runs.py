@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from kvcache_bench.engine.example_clock import DeviceClock
 from kvcache_bench.perf.hardware import pick_hardware
 from kvcache_bench.perf.tables import percentile
 
@@ -64,40 +65,6 @@ def dataset_context_ids(tokenizer, task: str, rows: list[dict], length: int, see
 # ----------------------------------------------------------------------------- one timed run
 
 
-class _CudaClock:
-    """Marks on the GPU timeline (CUDA events): reading them needs no sync until the run ends."""
-
-    def __init__(self, device):
-        self.device = device
-
-    def mark(self):
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def finish(self):
-        torch.cuda.synchronize(self.device)
-
-    @staticmethod
-    def seconds(a, b) -> float:
-        return a.elapsed_time(b) / 1000.0
-
-
-class _WallClock:
-    def __init__(self, device=None):
-        pass
-
-    def mark(self):
-        return time.perf_counter()
-
-    def finish(self):
-        pass
-
-    @staticmethod
-    def seconds(a, b) -> float:
-        return b - a
-
-
 def cache_bytes(cache) -> int:
     """Bytes of keys + values the cache holds, summed over layers (what compression actually saved)."""
     total = 0
@@ -134,7 +101,7 @@ def timed_generation(model, input_ids: torch.Tensor, press, new_tokens: int) -> 
     if new_tokens < 1:
         raise ValueError("new_tokens must be >= 1")
     device = input_ids.device
-    clock = _CudaClock(device) if device.type == "cuda" else _WallClock()
+    clock = DeviceClock(device)  # CUDA events on a GPU: read without a sync until the run ends
     batch, prompt_length = input_ids.shape
     # Positions continue at the original prompt length whatever the press kept; built once, on device.
     positions = torch.arange(prompt_length, prompt_length + new_tokens, device=device).unsqueeze(0).expand(batch, -1)
