@@ -10,7 +10,8 @@ import sys
 
 sys.path.insert(0, workflow.basedir)
 
-from kvcache_bench.workflow import export_package_path, package_code_hash
+from kvcache_bench.code_hash import package_code_hash
+from kvcache_bench.workflow import export_package_path
 
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
 # this file again), so the code that ran is the code the manifest's git commit names.

@@ -9,7 +9,7 @@ import shutil
 import pytest
 from conftest import REPO, planned_jobs, run_snakemake
 
-from kvcache_bench.workflow import package_code_hash, package_modules
+from kvcache_bench.code_hash import package_code_hash, package_modules
 
 FIGURE_RULES = {"figure_quality_vs_retention", "figure_paired_scatter", "figure_batch_size", "figure_question_change"}
 
@@ -24,6 +24,13 @@ def test_a_script_depends_on_the_modules_it_imports_and_theirs_lazy_ones_include
     # one figure's module is not another's: editing it reruns that figure alone
     assert "kvcache_bench/analysis/figures/paired_scatter.py" not in figure
     assert "kvcache_bench/engine/greedy.py" not in figure
+
+
+def test_no_script_runs_the_hashing_code_so_a_change_to_it_reruns_no_job():
+    scripts = sorted((REPO / "scripts").glob("*.py"))
+    assert len(scripts) > 30
+    running_it = [s.name for s in scripts if "kvcache_bench/code_hash.py" in package_modules(s, REPO / "kvcache_bench")]
+    assert not running_it
 
 
 def _checkout_copy(tmp_path):
