@@ -180,6 +180,10 @@ def test_the_decode_batch_config_runs_the_canary_at_decode_batch_1_and_32_in_bot
 
 # ------------------------------------------------------------------------- the committed canary
 
+# The report card (64 held-out rows x 9 settings, in-process) beside the suite's other worker ran in 193 s on one torch
+# thread and 225 s on two (2 cores, the demo running beside it, 2026-12-05): the second thread only contends
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 needs_weights = pytest.mark.skipif(not has_weights(), reason="no canary weights in resources/canary/ (train with tools/gpu/train_canary_sweep.sh)")
 
 
