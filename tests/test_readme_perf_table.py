@@ -1,7 +1,7 @@
 """Every number in the README's performance table is the committed reference run's, rounded as printed.
 
 The reference file is what the workflow wrote on one H200 (``snakemake --cores 16 --resources gpu=1
---configfile config/reference-h200.yaml``, committed under reference/h200-2026-12-05/reference-config-3dfcb3c/);
+--configfile config/reference-h200.yaml``, committed under reference/h200-2026-12-05-prefill-waits/reference-config-14fe230/);
 a README edited
 by hand, or a re-measured file without its README, fails here.
 """
@@ -11,7 +11,7 @@ import re
 
 from conftest import REPO
 
-REFERENCE = REPO / "reference" / "h200-2026-12-05" / "reference-config-3dfcb3c" / "tables" / "engine_comparison.csv"
+REFERENCE = REPO / "reference" / "h200-2026-12-05-prefill-waits" / "reference-config-14fe230" / "tables" / "engine_comparison.csv"
 # README row label (its start, formatting stripped) -> (path, decode batch, kernels) of the reference file's row it prints
 ROW_SOURCES = {
     "kvpress KVPressTextGenerationPipeline (batch 1)": ("kvpress_pipeline", "1", "transformers"),
