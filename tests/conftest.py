@@ -252,11 +252,11 @@ def _tier_of(item) -> str:
 
 
 # The suite's longest files, longest first (their seconds on 2 cores, 2026-12-05: canary 318, rerun 286, ruler 251,
-# parity library 184, reference figures 144, report 189 ...). Under `-n 2 --dist loadfile` a worker takes a file at a
+# report 189, parity library 184, reference figures 144 ...). Under `-n 2 --dist loadfile` a worker takes a file at a
 # time in this order (pyproject's --no-loadscope-reorder keeps it; xdist would otherwise start with the files holding
 # the most tests), so the long ones start first and the short ones fill in at the end, rather than one worker
-# running a long file alone at the end. The demo's readers (rerun, then report) are two apart, so the second waits on
-# no demo still running (conftest.demo_run).
+# running a long file alone at the end. report, the second file to read the demo, is placed after two files that do
+# not, so that it seldom waits on the demo run rerun started (demo_run above); nothing depends on that order.
 LONGEST_FILES_FIRST = (
     "test_canary.py", "test_rerun.py", "test_ruler.py", "test_kvpress_parity_library.py", "test_reference_figures.py",
     "test_report.py", "test_smollm2_study.py", "test_inputs_in_dag.py", "test_bad_inputs.py", "test_workflow.py",
