@@ -23,13 +23,21 @@ REPO = Path(__file__).resolve().parent.parent
 FAKE_HF_TOKEN = "hf_kvbench_fake_token_never_written_8d1f"
 
 
-def copy_workflow(destination: Path) -> Path:
+# The committed GPU runs under reference/ are 192 MB in 6,700 files, and a rule reads only their tables and probes
+# (rules/reference.smk). Copied whole into each of the suite's ~150 workflow copies they filled CI's disk (28 GB);
+# a copy now takes none of reference/, or with reference_runs=True those two folders of each run.
+REFERENCE_RUN_INPUTS = re.compile(r"^reference/[^/]+/(tables|probes)/")
+
+
+def copy_workflow(destination: Path, reference_runs: bool = False) -> Path:
     """Copy the checkout's files (tracked and untracked-not-ignored; no results) to ``destination``."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         cwd=REPO, capture_output=True, check=True,
     ).stdout.decode().split("\0")
     for relative in filter(None, listed):
+        if relative.startswith("reference/") and not (reference_runs and REFERENCE_RUN_INPUTS.match(relative)):
+            continue
         source = REPO / relative
         if source.is_file():
             target = destination / relative

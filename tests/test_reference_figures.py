@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 import pytest
-from conftest import planned_jobs, run_snakemake
+from conftest import copy_workflow, planned_jobs, run_snakemake
 
 from kvcache_bench.analysis.padding import padding_markdown, padding_table
 
@@ -37,9 +37,10 @@ def test_pads_kept_are_counted_over_padded_rows_and_layers_only(tmp_path):
     assert "| SnapKV | 50% | 4 | 2 | 75.0 | 25.0 | -50.0 [" in padding_markdown(padding_table([path]))
 
 
-def test_reference_figures_rebuild_from_the_committed_runs(workflow_copy):
+def test_reference_figures_rebuild_from_the_committed_runs(tmp_path):
     """`snakemake reference_figures` makes every figure the committed runs allow, and the padding tables it
     rebuilds from the committed probe reports equal the committed tables (the README quotes those)."""
+    workflow_copy = copy_workflow(tmp_path / "workflow", reference_runs=True)
     dry = planned_jobs(run_snakemake(workflow_copy, "reference_figures", "-n", check=True).stdout)
     runs_with_tables = [p.parent.parent.name for p in REPO_REFERENCE.glob("*/tables/summary.csv")]
     assert dry.get("reference_figure_quality_vs_retention") == len(runs_with_tables)
