@@ -7,7 +7,7 @@ import re
 import shutil
 import subprocess
 
-from conftest import REPO
+from conftest import REPO, copy_workflow
 
 
 def test_without_root_system_packages_are_skipped_with_a_reason_not_an_error(tmp_path):
@@ -42,3 +42,16 @@ def test_every_environment_variable_of_the_project_has_one_prefix():
                 names |= set(re.findall(r"\b(KV[A-Z_]*BENCH_[A-Z_]+)\b", path.read_text(errors="ignore")))
     names |= set(re.findall(r"\b(KV[A-Z_]*BENCH_[A-Z_]+)\b", (REPO / "README.md").read_text()))
     assert names and all(name.startswith("KVCACHE_BENCH_") for name in names), sorted(names)
+
+
+def test_a_workflow_copy_leaves_out_the_committed_runs_so_the_suite_fits_a_ci_disk(tmp_path):
+    """The suite makes well over a hundred workflow copies; with reference/'s GPU runs in each (209 MB a copy) they
+    filled CI's disk and the stop failed. A copy keeps what rules read: reference_runs=True adds runs' tables only."""
+    copy = copy_workflow(tmp_path / "workflow")
+    size = sum(path.stat().st_size for path in copy.rglob("*") if path.is_file())
+    assert size < 30e6, f"a workflow copy is {size / 1e6:.0f} MB: tests/conftest.py copy_workflow copies something big"
+    assert (copy / "Snakefile").is_file() and not (copy / "reference").exists()
+    with_runs = copy_workflow(tmp_path / "with_runs", reference_runs=True)
+    assert sorted(path.relative_to(with_runs) for path in with_runs.glob("reference/*/tables/summary.csv")) == sorted(
+        path.relative_to(REPO) for path in REPO.glob("reference/*/tables/summary.csv"))
+    assert not list(with_runs.glob("reference/*/predictions"))
