@@ -24,7 +24,7 @@ FAKE_HF_TOKEN = "hf_kvbench_fake_token_never_written_8d1f"
 
 
 # The committed GPU runs under reference/ are 192 MB in 6,700 files, and a rule reads only their tables and probes
-# (rules/reference.smk). Copied whole into each of the suite's ~150 workflow copies they filled CI's disk (28 GB);
+# (rules/reference.smk). Copied whole into each of the suite's workflow copies, they filled a CI machine's disk;
 # a copy now takes none of reference/, or with reference_runs=True those two folders of each run.
 REFERENCE_RUN_INPUTS = re.compile(r"^reference/[^/]+/(tables|probes)/")
 
