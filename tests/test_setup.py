@@ -46,7 +46,8 @@ def test_every_environment_variable_of_the_project_has_one_prefix():
 
 def test_a_workflow_copy_leaves_out_the_committed_runs_so_the_suite_fits_a_ci_disk(tmp_path):
     """The suite makes well over a hundred workflow copies; with reference/'s GPU runs in each (209 MB a copy) they
-    filled CI's disk and the stop failed. A copy keeps what rules read: reference_runs=True adds runs' tables only."""
+    filled CI's disk and the stop failed. A copy keeps what rules read: reference_runs=True adds the runs' tables
+    and probes."""
     copy = copy_workflow(tmp_path / "workflow")
     size = sum(path.stat().st_size for path in copy.rglob("*") if path.is_file())
     assert size < 30e6, f"a workflow copy is {size / 1e6:.0f} MB: tests/conftest.py copy_workflow copies something big"
