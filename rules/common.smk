@@ -243,6 +243,8 @@ def model_settings(wildcards):
         **({"revision": model["revision"]} if model.get("revision") else {}),
         # likewise only when not transformers' own: fused kernels are a different model's numbers, so new cells
         **({"kernels": model["kernels"]} if model.get("kernels", "transformers") != "transformers" else {}),
+        # only when set: a model without sliding layers never names it, and unset runs the documented default
+        **({"sliding_layers": model["sliding_layers"]} if model.get("sliding_layers") else {}),
     )
 
 

@@ -281,7 +281,7 @@ def test_grouped_query_decode_attention_equals_repeated_kv_attention():
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from kvcache_bench.engine.static_decode import _grouped_query_sdpa
+    from kvcache_bench.engine.layer_masks import _grouped_query_sdpa
 
     generator = torch.Generator().manual_seed(0)
     query = torch.randn(3, 8, 1, 16, generator=generator)

@@ -22,6 +22,7 @@ class CacheCheckpoint:
     """The state of a cache after compression, to roll back to after each answer.
 
     A DynamicCache is cut back per layer (layers may differ in length after PyramidKV-style presses).
+    A ``LayeredCache`` (a model with sliding layers) keeps its layers' tensors by reference, like a QuantizedCache.
     A QuantizedCache cannot be cut (its tokens live in quantised blocks) nor deep-copied (quanto
     tensors refuse), but its layers only ever *replace* their tensors on update, so remembering each
     layer's attributes (references, no copies) is enough to restore it.
@@ -30,6 +31,12 @@ class CacheCheckpoint:
     def __init__(self, cache):
         from transformers import DynamicCache, QuantizedCache
 
+        from kvcache_bench.engine.layered_cache import LayeredCache
+
+        self._layered = None
+        if isinstance(cache, LayeredCache):  # a window layer cannot be cropped once full: its references are kept
+            self._layered = cache.snapshot()
+            return
         if type(cache) is DynamicCache:
             self._lengths = cache_lengths(cache)
             self._attributes = None
@@ -40,6 +47,9 @@ class CacheCheckpoint:
             raise TypeError(f"cannot roll back a {type(cache).__name__}")
 
     def restore(self, cache) -> None:
+        if self._layered is not None:
+            cache.restore(self._layered)
+            return
         if self._attributes is None:
             for layer, length in zip(cache.layers, self._lengths):
                 layer.crop(length)
@@ -55,7 +65,9 @@ def kv_bytes_per_token(model, kv_cache_bits: int | None = None) -> float:
 
     A quantised cache counts its payload bits only (not its scales, nor its residual full-precision tokens).
     """
-    config = model.config
+    from kvcache_bench.engine.layer_types import text_config
+
+    config = text_config(model.config)  # a multimodal Gemma 3 keeps its decoder's settings apart
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     values_per_token = config.num_hidden_layers * 2 * config.num_key_value_heads * head_dim
     element_bytes = kv_cache_bits / 8 if kv_cache_bits else next(model.parameters()).element_size()

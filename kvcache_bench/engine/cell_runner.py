@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass, replace
 
@@ -16,6 +17,8 @@ from kvcache_bench.engine.decoders.press_while_decoding import (
 )
 from kvcache_bench.engine.example_clock import prefill_waits
 from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation, decode_answer
+from kvcache_bench.engine.layer_types import LayerTypes, layer_types_of
+from kvcache_bench.engine.layered_cache import new_cache
 from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention
 from kvcache_bench.engine.static_decode import decode_mode
 from kvcache_bench.engine.warm_ups import warm_up_kind, warm_up_once
@@ -127,6 +130,35 @@ class CellGenerator:
         return DECODERS[self.strategy](self.decoding, prompts, others)
 
 
+def bytes_held(generation: Generation, layer_types: LayerTypes, slot_bytes: float, full_slot_bytes: float) -> dict:
+    """The KV bytes the cache held right after compression and what the full cache holds for the same prompt.
+
+    On a model with sliding layers each layer type counts what its layers really hold: a window layer kept whole
+    holds its last W - 1 positions whatever the press (so it saves nothing when "compressed"), and the full cache's
+    windows hold as much."""
+    if generation.kept_by_layer_type is None:
+        return {
+            "kv_bytes_held": round(generation.kept_tokens * slot_bytes),
+            "kv_bytes_uncompressed": round(generation.pressed_tokens * full_slot_bytes),
+        }
+    layers = len(layer_types.kinds)
+    by_type = {
+        kind: round(kept * layer_types.kinds.count(kind) * slot_bytes / layers)
+        for kind, kept in generation.kept_by_layer_type.items()
+    }
+    pressed = generation.pressed_tokens
+    full_slots = sum(
+        min(pressed, layer_types.window - 1) if layer_types.kept_as_window(layer) else pressed
+        for layer in range(layers)
+    )
+    return {
+        "kv_bytes_held": sum(by_type.values()),
+        "kv_bytes_uncompressed": round(full_slots * full_slot_bytes / layers),
+        "kv_bytes_held_by_layer_type": by_type,
+        "kept_tokens_by_layer_type": generation.kept_by_layer_type,
+    }
+
+
 def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, answer: str, setting: dict) -> dict:
     """One prediction record: the example, what was generated from how much cache, and the cell's setting."""
     context_slots = generation.kept_context_slots
@@ -189,6 +221,21 @@ def cell_press(run: CellRun):
     return build_press(run.method, run.retention, run.method_kwargs, seed=run.seed, custom_methods=run.custom_methods)
 
 
+def cache_for_layers(layer_types: LayerTypes, make_cache):
+    """Each example's empty cache: the method's, or on a model with sliding layers one that keeps each window's slot
+    positions (``engine.layered_cache``)."""
+    from transformers import DynamicCache
+
+    if not layer_types.has_sliding_layers:
+        return make_cache
+    if make_cache is not DynamicCache:
+        raise ValueError(
+            "a quantised KV cache on a model with sliding-window layers is not supported: its windows would be "
+            "masked by slots, not positions; run kv_quant_* on a model without sliding layers"
+        )
+    return functools.partial(new_cache, layer_types)
+
+
 def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[object, CellGenerator]:
     """(tokenizer, generator): the model (``loaded``, or loaded now) for the run's method, its press and cache, and
     the cell's one strategy."""
@@ -222,7 +269,7 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
         mode,
         run.max_new_tokens,
         set(loaded.stop_ids) | extra_stop_ids(tokenizer, run.task),
-        make_cache=cache_factory_for(method, model, run.method_kwargs, custom),
+        make_cache=cache_for_layers(layer_types_of(model), cache_factory_for(method, model, run.method_kwargs, custom)),
         min_new_tokens=1 if run.task in NEWLINE_STOP_TASKS else 0,
         pad_token_id=tokenizer.pad_token_id or 0,
         decode_batch_size=run.decode_batch_size,
@@ -314,6 +361,8 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
         "batch_size": run.batch_size,
         "question_mode": run.mode.value,
         "construction": construction,
+        # a model with sliding layers: what the press did to them, and whether the setting was the default
+        **layer_types_of(generator.decoding.model).record(),
     }
 
 
@@ -360,6 +409,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
     warmup_seconds += build_plans(model, pressed_lengths(cell.prompts, generator.decoding.mode, cell.others))
     setting = cell_setting(run, generator, construction, warmup_seconds)
     slot_bytes, full_slot_bytes = kv_bytes_per_token(model, setting["kv_cache_bits"]), kv_bytes_per_token(model)
+    layer_types = layer_types_of(model)
     bar = tqdm(
         total=len(cell.rows), desc=f"{run.method}@{run.retention:.2f}", unit="ex", disable=not progress, mininterval=1.0
     )
@@ -368,8 +418,7 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
         measured = {
             "other_question_id": cell.partner.get(row["_id"]),
             # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
-            "kv_bytes_held": round(generation.kept_tokens * slot_bytes),
-            "kv_bytes_uncompressed": round(generation.pressed_tokens * full_slot_bytes),
+            **bytes_held(generation, layer_types, slot_bytes, full_slot_bytes),
         }
         answer = decode_answer(tokenizer, generation.token_ids)
         yield prediction_record(row, cell.prompts[index], generation, answer, {**setting, **path.record(), **measured})

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcache_bench.engine.caches import default_cache
+from kvcache_bench.engine.layered_cache import LayeredCache, run_appended
 from kvcache_bench.study.question_modes import QuestionMode
 
 
@@ -50,13 +51,15 @@ class Decoding:
 class Generation:
     token_ids: list[int]
     prompt_tokens: int
-    kept_tokens: float  # mean over layers of positions left in the cache after compression
+    kept_tokens: float  # mean over the pressed layers of positions left in the cache after compression
     seconds: float
     pressed_tokens: int = 0  # how many tokens the press saw (context, or context + question but its last token)
     shared_context_questions: int = 1  # questions answered from this one compressed context
     kept_context_slots: float | None = None  # mean over layers and KV heads of slots holding context; None: not traced
     # its share of a CUDA graph capture its decode batch paid (a shape the model met first): left out of ``seconds``
     graph_capture_seconds: float = 0.0
+    # a model with sliding layers: mean slots per layer after compression, by layer type (None: every layer global)
+    kept_by_layer_type: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -98,12 +101,15 @@ def greedy_decode(settings: Decoding, cache, last_logits, next_position: int) ->
         generated.append(int(next_token))
         if len(generated) >= max_new_tokens or generated[-1] in stop_ids:
             return generated
-        outputs = model(
-            input_ids=next_token.view(1, 1),
-            past_key_values=cache,
-            position_ids=torch.tensor([[position]], device=model.device),
-            use_cache=True,
-        )
+        if isinstance(cache, LayeredCache):  # sliding layers: every layer's mask from positions, not slots
+            outputs = run_appended(model, cache, next_token.view(1, 1), position)
+        else:
+            outputs = model(
+                input_ids=next_token.view(1, 1),
+                past_key_values=cache,
+                position_ids=torch.tensor([[position]], device=model.device),
+                use_cache=True,
+            )
         position += 1
         logits = outputs.logits[:, -1]
 

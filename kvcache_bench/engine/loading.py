@@ -11,6 +11,7 @@ import torch
 
 from kvcache_bench.engine.checkpoints import damaged_model_files, require_whole_checkpoint
 from kvcache_bench.engine.kernels import TRANSFORMERS, kernels_problem, use_kernels
+from kvcache_bench.engine.layer_types import attach as attach_layer_types
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -121,6 +122,8 @@ class ModelSettings:
     device: str = "auto"
     revision: str | None = None  # a pinned hub commit, tag or branch: a param, so a new pin reruns its cells
     kernels: str = TRANSFORMERS  # RMSNorm/MLP/RoPE: transformers' modules or Liger's fused ones (engine.kernels)
+    # what a press does to sliding-window layers (engine.layer_types: keep, compress); None: the documented default
+    sliding_layers: str | None = None
 
 
 @dataclass
@@ -155,6 +158,9 @@ def load_for_settings(
     )
     model = load_model(settings.path, settings.dtype, attention, device, settings.trust_remote_code, settings.revision)
     use_kernels(model, settings.kernels)
+    # which layers a press compresses and each layer's RoPE: the model's config and the study's setting decide, not
+    # the class transformers loaded
+    attach_layer_types(model, settings.sliding_layers)
     stop_ids = stop_token_ids(model, loaded_tokenizer) if loaded_tokenizer is not None else set()
     return LoadedModel(
         model, loaded_tokenizer, device, frozenset(stop_ids), attention, time.perf_counter() - start, settings

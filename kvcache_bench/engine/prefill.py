@@ -20,6 +20,8 @@ from kvcache_bench.engine.caches import (
     mean_cache_length,
 )
 from kvcache_bench.engine.host_positions import cache_positions, forward_replaced, install
+from kvcache_bench.engine.layer_types import layer_types_of, press_on_pressed_layers
+from kvcache_bench.engine.layered_cache import LayeredCache, run_appended
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.sync_free_scores import sync_free_scores
 from kvcache_bench.study.prompt_tokens import PromptTokens
@@ -33,17 +35,28 @@ class Prefill:
 
     cache: object
     last_logits: torch.Tensor  # [1, vocab]
-    kept_tokens: float  # mean over layers of positions left in the cache right after compression
+    kept_tokens: float  # mean over the pressed layers of positions left in the cache right after compression
     pressed_tokens: int  # tokens the press saw
     seconds: float = 0.0  # set where the prefill is timed on its own (a shared context's share included)
+    kept_by_layer_type: dict[str, float] | None = None  # a model with sliding layers: mean slots per layer, by type
 
 
 def press_context(press, model):
-    """The press's context manager on ``model``, over a model holding no earlier compression's key masks."""
+    """The press's context manager on ``model``, over a model holding no earlier compression's key masks, hooking the
+    layers the model's ``LayerTypes`` give a press (every layer but the sliding ones a study keeps whole)."""
     if press is None:
         return contextlib.nullcontext()
     clear_key_masks(model)
-    return press(model)
+    return press_on_pressed_layers(press, model)
+
+
+def kept_after_compression(cache) -> tuple[float, dict[str, float] | None]:
+    """(mean slots over the layers a press compresses, mean slots per layer type or None): what a record says the
+    cache kept. A model's sliding layers kept whole are left out of the first: a cell's retention is measured on what
+    its press compresses."""
+    if isinstance(cache, LayeredCache):
+        return cache.pressed_layers_mean(), cache.kept_by_layer_type()
+    return mean_cache_length(cache), None
 
 
 def _on_device(ids: list[list[int]], device: torch.device) -> torch.Tensor:
@@ -58,6 +71,16 @@ def _on_device(ids: list[list[int]], device: torch.device) -> torch.Tensor:
 
 def prefill(model, cache, token_ids: list[int], press=None, start_position: int = 0):
     """Run ``token_ids`` at positions start_position.. into ``cache`` (compressing if ``press``); last logits."""
+    if isinstance(cache, LayeredCache):
+        return _prefill_layered(model, cache, token_ids, press, start_position)
+    if layer_types_of(model).has_sliding_layers and type(cache).__name__ == "DynamicCache":
+        # its windows would be masked by slots: a harness defect, never a result (layered_cache.new_cache makes it)
+        raise TypeError("a model with sliding-window layers prefills into its LayeredCache, not a plain DynamicCache")
+    return _prefill_uniform(model, cache, token_ids, press, start_position)
+
+
+def _prefill_uniform(model, cache, token_ids: list[int], press, start_position: int):
+    """``prefill`` on a cache whose every layer is global: transformers' own masks, from the cache's slots."""
     device = model.device
     if press is None and len(token_ids) > 1 and len(set(cache_lengths(cache))) > 1:
         # Layers of unequal length (PyramidKV) break the one causal mask a block of queries needs;
@@ -89,6 +112,29 @@ def prefill(model, cache, token_ids: list[int], press=None, start_position: int 
             **extra,
         )
     return outputs.logits[:, -1]
+
+
+def _prefill_layered(model, cache: LayeredCache, token_ids: list[int], press, start_position: int):
+    """``prefill`` on a model with sliding layers: the prompt's pass into the empty cache as any model's (the press's
+    hooks on the layers it compresses), each sliding layer's slot positions recorded; tokens appended later attend
+    through masks the engine builds from those positions (``engine.layered_cache``)."""
+    from kvcache_bench.engine.slot_positions import KeptPositions
+
+    if any(cache.stored_slots(layer) for layer in range(len(cache.layers))):
+        if press is not None:
+            raise ValueError("a press compresses a prompt's first pass only, into an empty cache")
+        ids = _on_device([token_ids], model.device)
+        return run_appended(model, cache, ids, start_position, logits_to_keep=1).logits[:, -1]
+    if start_position:
+        raise ValueError("the first pass into an empty cache starts at position 0")
+    layer_types = layer_types_of(model)
+    traced = tuple(layer for layer in layer_types.pressed_layers if layer_types.is_sliding(layer))
+    tracker = KeptPositions(model, traced) if press is not None and traced else None
+    with tracker if tracker is not None else contextlib.nullcontext():
+        # the model's own masks: an empty cache's slots are its positions
+        logits = _prefill_uniform(model, cache, token_ids, press, 0)
+    cache.note_prompt_pass(len(token_ids), tracker.positions_by_layer(cache) if tracker is not None else None)
+    return logits
 
 
 def pressed_and_trailing(prompt: PromptTokens, mode: QuestionMode) -> tuple[list[int], list[int]]:
@@ -127,10 +173,10 @@ def prefill_example(
     cache = make_cache()
     pressed_ids, trailing_ids = pressed_and_trailing(prompt, mode)
     last_logits = prefill(model, cache, pressed_ids, press)
-    kept = mean_cache_length(cache)
+    kept, kept_by_type = kept_after_compression(cache)
     if trailing_ids and run_held_back:
         last_logits = prefill(model, cache, trailing_ids, None, start_position=len(pressed_ids))
-    return Prefill(cache, last_logits, kept, len(pressed_ids))
+    return Prefill(cache, last_logits, kept, len(pressed_ids), kept_by_layer_type=kept_by_type)
 
 
 @torch.inference_mode()
@@ -145,7 +191,7 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
     start = time.perf_counter()
     cache = make_cache()
     context_logits = prefill(model, cache, context_ids, press)
-    kept = mean_cache_length(cache)
+    kept, kept_by_type = kept_after_compression(cache)
     checkpoint = CacheCheckpoint(cache)
     synchronize(model.device)
     compress_seconds = (time.perf_counter() - start) / max(1, len(questions))
@@ -159,4 +205,5 @@ def prefill_shared_context(model, context_ids: list[int], questions: list[list[i
             else context_logits
         )
         synchronize(model.device)
-        yield Prefill(cache, last_logits, kept, len(context_ids), compress_seconds + time.perf_counter() - started)
+        seconds = compress_seconds + time.perf_counter() - started
+        yield Prefill(cache, last_logits, kept, len(context_ids), seconds, kept_by_layer_type=kept_by_type)

@@ -42,6 +42,11 @@ class PrefilledPrompt:
     # layer (or a press) that hid nothing. kvpress keeps these on the model's attention modules, one sequence's at a
     # time; carried here, decode_together masks them per row and KV head, as kvpress's fake keys hide them at batch 1.
     key_masks: list[torch.Tensor | None] | None = None
+    # A model with sliding layers: per layer, the position each slot holds ([kv_heads, slots]) where the layer is a
+    # sliding window (None for a global layer), so decode_together masks each window by positions, not slots.
+    slot_positions: list[torch.Tensor | None] | None = None
+    window: int | None = None  # those layers' window in positions
+    kept_by_layer_type: dict[str, float] | None = None  # mean slots per layer after compression, by layer type
 
     @property
     def held_back_position(self) -> int:
@@ -57,7 +62,9 @@ def stacking_obstacle(model, cache, *, masks_carried: bool = False) -> str | Non
     press's per-head key masks into the snapshot (``take_key_masks``), so they are no obstacle."""
     from transformers import DynamicCache
 
-    if type(cache) is not DynamicCache:
+    from kvcache_bench.engine.layered_cache import LayeredCache
+
+    if type(cache) is not DynamicCache and not isinstance(cache, LayeredCache):
         return f"{type(cache).__name__} cannot be stacked into a batch"
     if not masks_carried and has_key_masks(model):
         return "the press masks keys per head (kept count differs across heads of a layer)"
@@ -122,10 +129,15 @@ def prefilled_from_cache(
     obstacle = stacking_obstacle(model, done.cache, masks_carried=key_masks)
     if obstacle is not None:
         raise ValueError(obstacle)
+    from kvcache_bench.engine.layered_cache import LayeredCache
+
     masks = take_key_masks(model, done.cache, clear=clear_masks) if key_masks else None
     layers = done.cache.layers
     keys = [layer.keys.clone() if copy else layer.keys for layer in layers]
     values = [layer.values.clone() if copy else layer.values for layer in layers]
+    windows = {}
+    if isinstance(done.cache, LayeredCache):  # positions are never changed in place: no copy needed
+        windows = {"slot_positions": list(done.cache.slot_positions), "window": done.cache.layer_types.window}
     return PrefilledPrompt(
         keys,
         values,
@@ -136,10 +148,14 @@ def prefilled_from_cache(
         0.0,
         list(held_back_ids or []),
         key_masks=masks,
+        kept_by_layer_type=done.kept_by_layer_type,
+        **windows,
     )
 
 
-def prefilled_shared_context(model, context_ids: list[int], questions: list[list[int]], press) -> list[PrefilledPrompt]:
+def prefilled_shared_context(
+    model, context_ids: list[int], questions: list[list[int]], press, make_cache=default_cache
+) -> list[PrefilledPrompt]:
     """Question-agnostic: the context compressed once (``prefill.prefill_shared_context``),
     one snapshot per question.
 
@@ -147,7 +163,7 @@ def prefilled_shared_context(model, context_ids: list[int], questions: list[list
     do at batch 1: they stay on the model until the last question, and each snapshot carries a copy, so the rows
     decode together, each hiding its context's slots."""
     prefilled = []
-    for question_ids, done in zip(questions, prefill_shared_context(model, context_ids, questions, press)):
+    for question_ids, done in zip(questions, prefill_shared_context(model, context_ids, questions, press, make_cache)):
         started = time.perf_counter()
         # a copy: the cache is rolled back for the next question
         snapshot = prefilled_from_cache(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from kvcache_bench.engine.caches import attention_modules
+from kvcache_bench.engine.layer_types import text_config
 
 _CHUNK = 4096  # positions hashed at once: the int64 copy of a chunk's keys is 8x a float32 key chunk per head
 
@@ -37,12 +38,12 @@ class KeptPositions:
     Its hooks run before the press's (they are prepended), when the layer's cache holds every position.
     """
 
-    def __init__(self, model):
-        self._modules = attention_modules(model)
+    def __init__(self, model, layers: tuple[int, ...] | None = None):
+        # ``layers``: only these layers' positions (None: every layer's)
+        self._modules = [m for m in attention_modules(model) if layers is None or m.layer_idx in layers]
         generator = torch.Generator().manual_seed(0)
-        head_dim = (
-            getattr(model.config, "head_dim", None) or model.config.hidden_size // model.config.num_attention_heads
-        )
+        config = text_config(model.config)  # a multimodal Gemma 3 keeps its decoder's settings apart
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         # odd multipliers: every bit of every coordinate changes the hash
         self._weights = (torch.randint(1, 2**62, (head_dim,), generator=generator) | 1).to(model.device)
         self._before: dict[int, torch.Tensor] = {}
@@ -63,7 +64,8 @@ class KeptPositions:
         self._handles.clear()
 
     def positions(self, cache) -> list[torch.Tensor]:
-        """Per layer, a [kv_heads, kept] tensor: the prompt position each slot of the (batch-1) cache holds."""
+        """Per layer recorded, in layer order, a [kv_heads, kept] tensor: the prompt position each slot of the
+        (batch-1) cache holds."""
         found = []
         for layer, before in sorted(self._before.items()):
             before = before[0]
@@ -80,6 +82,10 @@ class KeptPositions:
                 )
             found.append(order.gather(-1, index))
         return found
+
+    def positions_by_layer(self, cache) -> dict[int, torch.Tensor]:
+        """``positions`` keyed by layer index."""
+        return dict(zip(sorted(self._before), self.positions(cache)))
 
 
 def context_slots(positions: list[torch.Tensor], context_tokens: int) -> float:

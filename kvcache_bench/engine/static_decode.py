@@ -8,7 +8,7 @@ then are the compressed caches stacked into one batch cache for greedy decoding:
   * each layer is left-padded to the longest row *of that layer* (PyramidKV keeps different counts per
     layer), and every layer gets its own key mask over the real compressed slots. Transformers builds one
     mask for all layers, so decoding swaps in a registered attention function that reads the layer's own
-    mask (see ``_layer_masked_attention``);
+    mask (``engine.layer_masks``);
   * each row's new tokens sit at RoPE positions continuing at that example's ORIGINAL prompt length, not
     at the padded or compressed cache length;
   * a row stops on its own stop token or length limit; a finished row stays in the batch (the step's shapes,
@@ -22,7 +22,6 @@ stacked (a quantised cache, a press that masks keys per head) fall back to batch
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections import OrderedDict
@@ -30,70 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from kvcache_bench.engine.layer_masks import LAYER_MASKS_KWARG, per_layer_masks
 from kvcache_bench.engine.prefilled import PrefilledPrompt
-
-LAYER_MASKS_KWARG = "kvbench_layer_masks"
-
-
-_ATTENTION_PREFIX = "kvbench_layer_masked_"
-
-
-def _grouped_query_sdpa(module, query, key, value, mask, scaling):
-    """One decode step's attention without materialising repeated K/V for grouped-query attention.
-
-    With a mask, SDPA's GQA support falls back to the math kernel and transformers copies K and V once per
-    query head sharing them (``repeat_kv``): at decode batch 16 that copy was 60% of the GPU time. For a
-    single query position, the query heads that share a KV head can instead ride along as extra query
-    positions of that KV head: the same dot products, no copies.
-    """
-    batch, heads, _, head_dim = query.shape
-    kv_heads = key.shape[1]
-    grouped = query.reshape(batch, kv_heads, heads // kv_heads, head_dim)
-    output = torch.nn.functional.scaled_dot_product_attention(grouped, key, value, attn_mask=mask, scale=scaling)
-    return output.reshape(batch, heads, 1, head_dim).transpose(1, 2).contiguous(), None
-
-
-def _layer_masked_attention(base):
-    """Attention that ignores the model's one mask and takes this layer's mask from the call's kwargs."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.llama.modeling_llama import eager_attention_forward
-
-    def attention(module, query, key, value, attention_mask, *args, **kwargs):
-        layer_masks = kwargs.pop(LAYER_MASKS_KWARG)
-        mask = layer_masks[module.layer_idx][..., : key.shape[-2]]
-        if base == "sdpa" and query.shape[2] == 1 and not kwargs.get("output_attentions"):
-            return _grouped_query_sdpa(module, query, key, value, mask, kwargs.get("scaling", module.scaling))
-        if mask.shape[1] not in (1, query.shape[1]):  # one mask per KV head: each query head reads its KV head's
-            mask = mask.repeat_interleave(query.shape[1] // mask.shape[1], dim=1)
-        implementation = eager_attention_forward if base == "eager" else ALL_ATTENTION_FUNCTIONS[base]
-        if base == "eager":
-            mask = torch.zeros(mask.shape, dtype=query.dtype, device=query.device).masked_fill(
-                ~mask, torch.finfo(query.dtype).min
-            )
-        return implementation(module, query, key, value, mask, *args, **kwargs)
-
-    return attention
-
-
-@contextlib.contextmanager
-def _per_layer_masks(model):
-    """Route the model's attention through ``_layer_masked_attention`` for the duration of batched decoding.
-
-    The registered name is unknown to transformers' mask builders, so the model builds no mask of its own.
-    """
-    from transformers.modeling_utils import AttentionInterface
-
-    base = model.config._attn_implementation
-    if base not in ("sdpa", "eager"):
-        raise ValueError(f"batched decoding supports sdpa and eager attention, not {base!r}")
-    name = _ATTENTION_PREFIX + base
-    AttentionInterface.register(name, _layer_masked_attention(base))
-    model.config._attn_implementation = name
-    try:
-        yield
-    finally:
-        model.config._attn_implementation = base
-
 
 CAPACITY_STEP = 256  # slots are allocated in these steps, so batches of similar lengths share one CUDA graph
 
@@ -116,13 +53,18 @@ class _DecodeShape:
     max_new_tokens: int
     blocked_ids: tuple[int, ...]  # stop ids forbidden while count < min_new_tokens (empty: no blocking)
     min_new_tokens: int
+    # the layers that attend through a sliding window of ``window`` positions (a model with sliding layers; empty:
+    # every layer global): their masks also hide slots whose position fell out of the window
+    windowed: tuple[int, ...] = ()
+    window: int | None = None
 
     def nbytes(self) -> int:
-        """Bytes a state of this shape holds on the device: keys, values, masks and generated ids (its graph's own
-        pool is small beside them)."""
+        """Bytes a state of this shape holds on the device: keys, values, masks, windowed layers' slot positions and
+        generated ids (its graph's own pool is small beside them)."""
         slots = self.rows * self.capacity
         cache = 2 * self.layers * slots * self.kv_heads * self.head_dim * self.dtype.itemsize
-        return cache + self.layers * slots * self.mask_heads + self.rows * self.max_new_tokens * 8
+        positions = len(self.windowed) * slots * self.mask_heads * 8
+        return cache + self.layers * slots * self.mask_heads + positions + self.rows * self.max_new_tokens * 8
 
 
 class StaticDecodeState:
@@ -131,8 +73,10 @@ class StaticDecodeState:
     Keys/values: one [rows, kv_heads, capacity, head_dim] buffer per layer (transformers' StaticLayer),
     each row's compressed slots right-aligned to ``prompt_width`` (the widest row of any layer), generated
     token k written at slot ``prompt_width + k``. One mask per layer, True on the row's real slots and on
-    the generated slots written so far. Nothing is allocated or read back during a step, so on a GPU a
-    step is captured once as a CUDA graph and replayed.
+    the generated slots written so far. A sliding-window layer also keeps the position each slot holds, and its
+    mask at a step hides the slots more than ``window`` positions behind the token fed (positions, not slots: a
+    compressed window's slots are scattered positions). Nothing is allocated or read back during a step, so on a
+    GPU a step is captured once as a CUDA graph and replayed.
     """
 
     def __init__(self, shape: _DecodeShape, device: torch.device):
@@ -145,6 +89,11 @@ class StaticDecodeState:
             torch.zeros(shape.rows, shape.mask_heads, 1, shape.capacity, dtype=torch.bool, device=device)
             for _ in range(shape.layers)
         ]
+        # a windowed layer's slot positions; an empty slot's is far below any window (its mask hides it anyway)
+        self.slot_positions = {
+            layer: torch.full((shape.rows, shape.mask_heads, shape.capacity), -(2**40), dtype=torch.long, device=device)
+            for layer in shape.windowed
+        }
         self.tokens = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
         self.positions = torch.zeros(shape.rows, 1, dtype=torch.long, device=device)
         self.slot = torch.zeros(1, dtype=torch.long, device=device)
@@ -189,6 +138,8 @@ class StaticDecodeState:
                 length = p.keys[layer].shape[-2]
                 cache_layer.keys[row, :, prompt_width - length : prompt_width] = p.keys[layer][0]
                 cache_layer.values[row, :, prompt_width - length : prompt_width] = p.values[layer][0]
+            if layer in self.slot_positions:
+                self._load_positions(layer, prefilled, prompt_width, first_generated_slot)
         logits = torch.cat([p.last_logits for p in prefilled], dim=0)
         if block:
             block_logits = self._run_held_back(model, prefilled, prompt_width, block)
@@ -203,6 +154,31 @@ class StaticDecodeState:
         self.positions.copy_(torch.tensor([[p.prompt_tokens] for p in prefilled], device=device))
         self.slot.fill_(first_generated_slot)
         self.count.fill_(1)
+
+    def _load_positions(self, layer: int, prefilled: list[PrefilledPrompt], prompt_width: int, first_generated: int):
+        """A windowed layer's slot positions: each row's compressed slots (right-aligned as their keys), then its
+        held-back tokens' (right-aligned before the first generated slot)."""
+        positions = self.slot_positions[layer]
+        for row, p in enumerate(prefilled):
+            held = p.slot_positions[layer]  # [kv_heads, slots]
+            positions[row, :, prompt_width - held.shape[-1] : prompt_width] = held[: positions.shape[1]]
+            count = len(p.held_back_ids)
+            if count:
+                start = p.held_back_position
+                positions[row, :, first_generated - count : first_generated] = torch.arange(
+                    start, start + count, device=positions.device
+                )
+
+    def _windowed_masks(self, masks: list[torch.Tensor], query_positions: torch.Tensor) -> list[torch.Tensor]:
+        """``masks`` with each windowed layer's slots out of its window hidden: a query at position p sees a slot at
+        position k only when p - window < k. ``query_positions``: [rows, queries]."""
+        if not self.slot_positions:
+            return masks
+        edge = (query_positions - self.shape.window).view(query_positions.shape[0], 1, -1, 1)
+        return [
+            mask & (self.slot_positions[layer].unsqueeze(2) > edge) if layer in self.slot_positions else mask
+            for layer, mask in enumerate(masks)
+        ]
 
     def _run_held_back(self, model, prefilled: list[PrefilledPrompt], prompt_width: int, block: int) -> torch.Tensor:
         """One forward of every row's held-back tokens on the loaded caches: each row's last-token logits."""
@@ -226,7 +202,7 @@ class StaticDecodeState:
             cache_position=block_slots,
             use_cache=True,
             logits_to_keep=1,
-            **{LAYER_MASKS_KWARG: [mask & causal for mask in self.masks]},
+            **{LAYER_MASKS_KWARG: self._windowed_masks([mask & causal for mask in self.masks], positions)},
         )
         return outputs.logits[:, -1]
 
@@ -234,13 +210,15 @@ class StaticDecodeState:
         """One decode step for every row, on device tensors only (capturable as a CUDA graph)."""
         for mask in self.masks:
             mask.index_fill_(-1, self.slot, True)
+        for positions in self.slot_positions.values():  # the slot written now holds the position fed now
+            positions.index_copy_(-1, self.slot, self.positions.view(-1, 1, 1).expand(-1, positions.shape[1], 1))
         outputs = model(
             input_ids=self.tokens,
             past_key_values=self.cache,
             position_ids=self.positions,
             cache_position=self.slot,
             use_cache=True,
-            **{LAYER_MASKS_KWARG: self.masks},
+            **{LAYER_MASKS_KWARG: self._windowed_masks(self.masks, self.positions)},
         )
         logits = outputs.logits[:, -1]
         if self.blocked is not None:
@@ -257,7 +235,9 @@ class StaticDecodeState:
         """Capture ``step`` as a CUDA graph; the buffers are left as ``load`` set them. Returns its seconds."""
         torch.cuda.synchronize(self.tokens.device)
         started = time.perf_counter()
-        saved = [t.clone() for t in (self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks)]
+        buffers = (self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks)
+        buffers += tuple(self.slot_positions.values())
+        saved = [t.clone() for t in buffers]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
@@ -268,9 +248,7 @@ class StaticDecodeState:
         with torch.cuda.graph(graph):
             self.step(model)
         # The warm-up steps wrote K/V into generated slots, which the real steps overwrite before reading.
-        for tensor, value in zip(
-            (self.tokens, self.positions, self.slot, self.count, self.generated, *self.masks), saved
-        ):
+        for tensor, value in zip(buffers, saved):
             tensor.copy_(value)
         self.graph = graph
         torch.cuda.synchronize(self.tokens.device)
@@ -375,7 +353,13 @@ def decode_together_timed(
     widest = max(k.shape[-2] for p in prefilled for k in p.keys) + max(len(p.held_back_ids) for p in prefilled)
     first = prefilled[0].keys[0]
     blocked = tuple(sorted(stop_ids)) if stop_ids and min_new_tokens > 1 else ()
-    per_head = any(p.head_lengths is not None or p.key_masks is not None for p in prefilled)
+    windowed = tuple(
+        layer for layer, positions in enumerate(prefilled[0].slot_positions or []) if positions is not None
+    )
+    # a compressed window's heads may hold different positions: one mask (and position row) per KV head then
+    per_head = any(p.head_lengths is not None or p.key_masks is not None for p in prefilled) or (
+        bool(windowed) and first.shape[1] > 1
+    )
     mask_heads = first.shape[1] if per_head else 1
     shape = _DecodeShape(
         len(prefilled),
@@ -388,8 +372,10 @@ def decode_together_timed(
         max_new_tokens,
         blocked,
         min_new_tokens,
+        windowed,
+        prefilled[0].window if windowed else None,
     )
-    with _per_layer_masks(model):
+    with per_layer_masks(model):
         state = _state_for(model, shape)
         state.load(model, prefilled, stop_ids)
         if _graphs_wanted(model) and state.graph is None:

@@ -31,7 +31,7 @@ from kvcache_bench.perf.rates import copy_bytes_per_s  # noqa: E402
 
 
 def grouped(query, key, value, mask, backends=None):
-    """The engine's way (static_decode._grouped_query_sdpa): query heads sharing a KV head ride as extra queries."""
+    """The engine's way (layer_masks._grouped_query_sdpa): query heads sharing a KV head ride as extra queries."""
     batch, heads, _, head_dim = query.shape
     q = query.reshape(batch, key.shape[1], heads // key.shape[1], head_dim)
     if backends is None:

@@ -60,6 +60,7 @@ def generate_prefill_one_decode_many(
                 p.seconds + share,
                 p.pressed_tokens,
                 graph_capture_seconds=capture,
+                kept_by_layer_type=p.kept_by_layer_type,
             )
         largest_batch = max(largest_batch, len(pending))
         pending.clear()
@@ -84,7 +85,14 @@ def generate_prefill_one_decode_many(
             token_ids = greedy_decode(settings, done.cache, last_logits, prompt_length)
             synchronize(model.device)
             seconds = clock.lap().seconds()
-            generations[index] = Generation(token_ids, prompt_length, done.kept_tokens, seconds, done.pressed_tokens)
+            generations[index] = Generation(
+                token_ids,
+                prompt_length,
+                done.kept_tokens,
+                seconds,
+                done.pressed_tokens,
+                kept_by_layer_type=done.kept_by_layer_type,
+            )
             largest_batch = max(largest_batch, 1)
             continue
         # a masking press's masks go with the snapshot (each example is prefilled afresh, so none is needed on the

@@ -20,7 +20,9 @@ def generate_one(settings: Decoding, prompt: PromptTokens) -> Generation:
     done = prefill_example(settings.model, prompt, settings.press, settings.mode, settings.make_cache)
     generated = greedy_decode(settings, done.cache, done.last_logits, prompt.length)
     synchronize(settings.model.device)
-    return Generation(generated, prompt.length, done.kept_tokens, time.perf_counter() - start, done.pressed_tokens)
+    seconds = time.perf_counter() - start
+    kept, by_type = done.kept_tokens, done.kept_by_layer_type
+    return Generation(generated, prompt.length, kept, seconds, done.pressed_tokens, kept_by_layer_type=by_type)
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:

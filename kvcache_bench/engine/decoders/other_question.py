@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.engine.caches import default_cache, has_key_masks, mean_cache_length
+from kvcache_bench.engine.caches import default_cache, has_key_masks
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
 from kvcache_bench.engine.greedy import DecodePath, Generation
+from kvcache_bench.engine.layer_types import layer_types_of
+from kvcache_bench.engine.layered_cache import LayeredCache
 from kvcache_bench.engine.loading import synchronize
-from kvcache_bench.engine.prefill import prefill
+from kvcache_bench.engine.prefill import kept_after_compression, prefill
 from kvcache_bench.engine.prefilled import PrefilledPrompt
 from kvcache_bench.engine.slot_positions import KeptPositions, context_slots
 from kvcache_bench.engine.static_decode import decode_together_timed
@@ -33,6 +35,11 @@ class ContextWithoutQuestion:
     kept_tokens: float  # mean over layers of slots right after compression, the other question's included
     kept_context_slots: float  # mean over layers and KV heads of context slots left after the removal
     seconds: float
+    # a model with sliding layers: per layer, [kv_heads, width] positions of the slots (right-aligned like the keys)
+    # for each sliding layer, None for a global one; and the window
+    slot_positions: list[torch.Tensor | None] | None = None
+    window: int | None = None
+    kept_by_layer_type: dict[str, float] | None = None
 
 
 @torch.inference_mode()
@@ -44,25 +51,37 @@ def compress_with_other_question(
 
     start = time.perf_counter()
     cache = make_cache()
-    with KeptPositions(model) as tracker:
+    layered = isinstance(cache, LayeredCache)
+    pressed_tokens = len(context_ids) + len(other_question_ids)
+    # a sliding layer kept whole holds its window's last positions, known without tracing (its keys before and after
+    # the pass are the same window, which cannot tell absolute positions)
+    traced = layer_types_of(model).pressed_layers if layered else None
+    with KeptPositions(model, traced) as tracker:
         last_logits = prefill(model, cache, context_ids + other_question_ids, press)
-    if type(cache) is not DynamicCache:
+    if type(cache) is not DynamicCache and not layered:
         raise ValueError(f"the other-question mode removes slots from a DynamicCache, not a {type(cache).__name__}")
     if has_key_masks(model):
         raise ValueError("the other-question mode cannot remove slots of a press that masks keys per head")
-    kept = mean_cache_length(cache)
-    positions = tracker.positions(cache)
+    kept, kept_by_type = kept_after_compression(cache)
+    by_layer = tracker.positions_by_layer(cache)
+    positions = [
+        by_layer[layer] if layer in by_layer else cache.slot_positions[layer] for layer in range(len(cache.layers))
+    ]
     keys, values, head_lengths, context_positions = [], [], [], []
+    slot_positions: list[torch.Tensor | None] = []
     for layer, layer_positions in zip(cache.layers, positions):
         is_context = layer_positions < len(context_ids)  # [kv_heads, kept]
         lengths = is_context.sum(-1).tolist()
         width = max(lengths)
         layer_keys = layer.keys.new_zeros(1, layer.keys.shape[1], width, layer.keys.shape[-1])
         layer_values = layer.values.new_zeros(1, layer.values.shape[1], width, layer.values.shape[-1])
+        held_positions = torch.full((len(lengths), width), -(2**40), dtype=torch.long, device=layer.keys.device)
         for head, length in enumerate(lengths):
             slots = is_context[head].nonzero().view(-1)
             layer_keys[0, head, width - length :] = layer.keys[0, head, slots]
             layer_values[0, head, width - length :] = layer.values[0, head, slots]
+            held_positions[head, width - length :] = layer_positions[head, slots]
+        slot_positions.append(held_positions if layered and cache.layer_types.is_sliding(len(keys)) else None)
         keys.append(layer_keys)
         values.append(layer_values)
         head_lengths.append(lengths)
@@ -75,10 +94,14 @@ def compress_with_other_question(
         context_positions,
         last_logits,
         len(context_ids),
-        len(context_ids) + len(other_question_ids),
+        pressed_tokens,
         kept,
-        context_slots(positions, len(context_ids)),
+        # over the layers a press compresses, as ``kept`` (a window kept whole is no press's doing)
+        context_slots([positions[layer] for layer in layer_types_of(model).pressed_layers], len(context_ids)),
         time.perf_counter() - start,
+        slot_positions if layered else None,
+        cache.layer_types.window if layered else None,
+        kept_by_type,
     )
 
 
@@ -99,6 +122,9 @@ def prefilled_question(
         list(question_ids),
         held_back_start=compressed.context_tokens,
         head_lengths=compressed.head_lengths,
+        slot_positions=compressed.slot_positions,
+        window=compressed.window,
+        kept_by_layer_type=compressed.kept_by_layer_type,
     )
 
 
@@ -146,6 +172,7 @@ def generate_other_question(
                     questions,
                     kept_context_slots=compressed.kept_context_slots,
                     graph_capture_seconds=capture,
+                    kept_by_layer_type=compressed.kept_by_layer_type,
                 )
             )
     largest = min(decode_batch_size, len(rows))

@@ -40,7 +40,15 @@ def generate_shared_context(settings: Decoding, context_ids: list[int], question
         synchronize(model.device)
         seconds = done.seconds + time.perf_counter() - started
         generations.append(
-            Generation(generated, prompt_length, done.kept_tokens, seconds, len(context_ids), len(questions))
+            Generation(
+                generated,
+                prompt_length,
+                done.kept_tokens,
+                seconds,
+                len(context_ids),
+                len(questions),
+                kept_by_layer_type=done.kept_by_layer_type,
+            )
         )
     return generations
 

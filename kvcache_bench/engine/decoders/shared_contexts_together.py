@@ -22,7 +22,7 @@ def generate_shared_contexts_together(
     sizes: list[int] = []
     for group in groups:
         prefilled += prefilled_shared_context(
-            model, group[0].context_ids, [p.question_ids for p in group], settings.press
+            model, group[0].context_ids, [p.question_ids for p in group], settings.press, settings.make_cache
         )
         sizes += [len(group)] * len(group)
     decoded = decode_together_timed(
@@ -38,6 +38,7 @@ def generate_shared_contexts_together(
             p.pressed_tokens,
             size,
             graph_capture_seconds=capture,
+            kept_by_layer_type=p.kept_by_layer_type,
         )
         for p, token_ids, size in zip(prefilled, decoded.token_ids, sizes)
     ]

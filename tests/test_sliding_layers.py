@@ -1,0 +1,279 @@
+"""Sliding-window layers (Gemma 3) as a setting: ``keep`` compresses the global layers and keeps each sliding layer as
+the model's own window, ``compress`` compresses every layer, its windows still in positions, not slots.
+
+The reference here is built independently of the engine's masks: the whole prompt in a plain cache that holds every
+position in every layer, each later token attending through a mask made in this file from positions alone (the
+positions the press kept in that layer, within a sliding layer's window, causal). An engine whose mask compared
+positions with slot indices, or let a block of appended tokens see its own future, gives other tokens.
+"""
+
+from __future__ import annotations
+
+import logging
+from functools import partial
+
+import pytest
+import torch
+
+from kvcache_bench.engine.decoders import decode_many, one_by_one, shared_context, shared_contexts_together
+from kvcache_bench.engine.greedy import Decoding
+from kvcache_bench.engine.layer_masks import LAYER_MASKS_KWARG, per_layer_masks
+from kvcache_bench.engine.layer_types import GLOBAL, SLIDING, attach, layer_types_of
+from kvcache_bench.engine.layered_cache import new_cache
+from kvcache_bench.engine.prefill import prefill, pressed_and_trailing
+from kvcache_bench.engine.slot_positions import KeptPositions
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.prompt_tokens import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
+from tests.fixtures.tiny_models import TINY_GEMMA3_WINDOW, tiny_gemma3_text, tiny_llama
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+logging.getLogger("kvpress").setLevel(logging.ERROR)  # "Gemma3ForCausalLM not tested", once per press
+
+NEW_TOKENS = 8
+# presses that only choose slots (no key rewritten, no slot masked): the reference masks what they evicted
+SELECTING = ["snapkv", "knorm", "streaming_llm", "tova", "pyramidkv", "random", "keydiff", "lagkv"]
+SETTINGS = ["keep", "compress"]
+
+
+def prompts(count: int = 4, seed: int = 1) -> list[PromptTokens]:
+    """Contexts of 90-150 tokens (several 16-token windows), questions of 7, the last 2 held back."""
+    generator = torch.Generator().manual_seed(seed)
+    made = []
+    for index in range(count):
+        context = [2] + torch.randint(3, 300, (89 + 19 * index,), generator=generator).tolist()
+        made.append(PromptTokens(context, torch.randint(3, 300, (7,), generator=generator).tolist(), held_back_tokens=2))
+    return made
+
+
+def model_with(setting: str | None):
+    model = tiny_gemma3_text()
+    attach(model, setting)
+    return model
+
+
+def kept_positions(model, pressed_ids: list[int], press) -> dict[int, set[int]]:
+    """Per layer, the prompt positions a compressed run keeps (every position of a layer the press leaves alone)."""
+    layer_types = layer_types_of(model)
+    cache = new_cache(layer_types)
+    with KeptPositions(model, layer_types.pressed_layers) as tracker:
+        prefill(model, cache, pressed_ids, press)
+    traced = tracker.positions_by_layer(cache)
+    everything = set(range(len(pressed_ids)))
+    return {layer: set(traced[layer][0].tolist()) if layer in traced else everything for layer in range(len(cache.layers))}
+
+
+@torch.inference_mode()
+def masked_full_cache_answer(
+    model, prompt: PromptTokens, mode: QuestionMode, press, window_over: str = "positions"
+) -> list[int]:
+    """Greedy tokens from the full cache, each later token's attention masked to what the compressed cache holds.
+
+    ``window_over="slots"`` is the defect, for contrast: a sliding layer then sees its W most recent held slots,
+    however many positions they span."""
+    from transformers import DynamicCache
+
+    layer_types = layer_types_of(model)
+    pressed_ids, trailing = pressed_and_trailing(prompt, mode)
+    kept = kept_positions(model, pressed_ids, press) if press is not None else None
+    cache = DynamicCache()  # every layer holds every position: nothing evicted, nothing windowed away
+    logits = model(input_ids=torch.tensor([pressed_ids]), past_key_values=cache, use_cache=True).logits[:, -1]
+    fed, generated = list(trailing), []
+    position = len(pressed_ids)
+    while len(generated) < NEW_TOKENS:
+        if fed:
+            token = fed.pop(0)
+        else:
+            token = int(logits.argmax(-1))
+            generated.append(token)
+            if len(generated) == NEW_TOKENS:
+                break
+        keys = torch.arange(position + 1)
+        masks = []
+        for layer in range(len(layer_types.kinds)):
+            seen = keys >= len(pressed_ids)  # appended tokens: all earlier ones (causal by construction)
+            if kept is not None:
+                seen |= torch.tensor([k in kept[layer] for k in range(len(pressed_ids))] + [False] * (position + 1 - len(pressed_ids)))
+            else:
+                seen |= keys < len(pressed_ids)
+            if layer_types.is_sliding(layer) and window_over == "positions":
+                seen &= keys > position - layer_types.window
+            elif layer_types.is_sliding(layer):
+                held = seen.nonzero().view(-1)
+                seen = torch.zeros_like(seen)
+                seen[held[-layer_types.window :]] = True
+            masks.append(seen.view(1, 1, 1, -1))
+        with per_layer_masks(model):
+            logits = model(
+                input_ids=torch.tensor([[token]]),
+                past_key_values=cache,
+                position_ids=torch.tensor([[position]]),
+                use_cache=True,
+                **{LAYER_MASKS_KWARG: masks},
+            ).logits[:, -1]
+        position += 1
+    return generated
+
+
+def engine_answers(model, batch: list[PromptTokens], mode: QuestionMode, method: str, decode_batch_size: int):
+    def settings():
+        press = None if method == "full_cache" else build_press(method, 0.5, {}, seed=0)
+        layer_types = layer_types_of(model)
+        return Decoding(model, press, mode, NEW_TOKENS, set(), partial(new_cache, layer_types), decode_batch_size=decode_batch_size)
+
+    if decode_batch_size == 1:
+        return [one_by_one.decode(settings(), [prompt])[0][0].token_ids for prompt in batch]
+    decoder = decode_many if mode == QuestionMode.QUESTION_AWARE else shared_contexts_together
+    generations, path = decoder.decode(settings(), batch)
+    assert path.effective_decode_batch_size == len(batch)  # stacked, not fallen back to batch 1
+    return [generation.token_ids for generation in generations]
+
+
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("mode", [QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC], ids=lambda m: m.value)
+def test_the_full_cache_equals_transformers_own_generation(setting, mode):
+    # Nothing evicted: whatever the setting, the model's own windows in positions, as transformers' generate runs them.
+    model = model_with(setting)
+    batch = prompts(3)
+    expected = []
+    for prompt in batch:
+        ids = torch.tensor([prompt.context_ids + prompt.question_ids])
+        output = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0)
+        expected.append(output[0, ids.shape[1] :].tolist())
+    assert engine_answers(model, batch, mode, "full_cache", 1) == expected
+    assert engine_answers(model, batch, mode, "full_cache", 32) == expected
+
+
+@pytest.mark.parametrize("method", SELECTING)
+@pytest.mark.parametrize("setting", SETTINGS)
+@pytest.mark.parametrize("mode", [QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC], ids=lambda m: m.value)
+def test_a_compressed_cache_answers_as_the_full_cache_masked_to_what_it_kept(method, setting, mode):
+    # Decode batch 1 and 32 both equal the positions-only reference: windows measured in positions, the appended
+    # question (agnostic) or held-back tail (aware) causal among itself, every row's window its own.
+    model = model_with(setting)
+    batch = prompts(4)
+    expected = [masked_full_cache_answer(model, prompt, mode, build_press(method, 0.5, {}, seed=0)) for prompt in batch]
+    assert engine_answers(model, batch, mode, method, 1) == expected
+    assert engine_answers(model, batch, mode, method, 32) == expected
+
+
+def test_a_mask_comparing_positions_with_slots_would_be_caught():
+    # The reference is not blind to the defect it guards against: windows counted in slots (kvpress's pipeline on
+    # Gemma3ForCausalLM) give other tokens than windows in positions once a compressed sliding layer's slots span
+    # more positions than its window, and the engine gives the positions' tokens.
+    model = model_with("compress")
+    prompt = prompts(1)[0]
+    mode = QuestionMode.QUESTION_AGNOSTIC
+    layer_types = layer_types_of(model)
+    kept = kept_positions(model, pressed_and_trailing(prompt, mode)[0], build_press("knorm", 0.5, {}, seed=0))
+    sliding = [layer for layer in range(len(layer_types.kinds)) if layer_types.is_sliding(layer)]
+    assert min(max(kept[layer]) - min(kept[layer]) for layer in sliding) > TINY_GEMMA3_WINDOW
+    in_positions = masked_full_cache_answer(model, prompt, mode, build_press("knorm", 0.5, {}, seed=0))
+    in_slots = masked_full_cache_answer(model, prompt, mode, build_press("knorm", 0.5, {}, seed=0), window_over="slots")
+    assert in_slots != in_positions
+    assert engine_answers(model, [prompt], mode, "knorm", 1) == [in_positions]
+
+
+def test_the_settings_compress_different_layers_and_records_count_them_by_type():
+    batch = prompts(1)
+    kept = {}
+    for setting in SETTINGS:
+        model = model_with(setting)
+        press = build_press("snapkv", 0.5, {}, seed=0)
+        decoding = Decoding(model, press, QuestionMode.QUESTION_AGNOSTIC, 2, set(), partial(new_cache, layer_types_of(model)))
+        kept[setting] = one_by_one.decode(decoding, batch)[0][0].kept_by_layer_type
+    context = len(batch[0].context_ids)
+    # keep: the global layer halved, the sliding layers the model's own window (W - 1 positions) whatever the press
+    assert kept["keep"] == {GLOBAL: context // 2, SLIDING: TINY_GEMMA3_WINDOW - 1}
+    # compress: every layer halved
+    assert kept["compress"] == {GLOBAL: context // 2, SLIDING: context // 2}
+
+
+def test_a_model_without_a_setting_runs_the_default_and_says_so():
+    model = tiny_gemma3_text()
+    record = attach(model, None).record()
+    assert record["sliding_layers"] == "keep" and record["sliding_layers_default"] is True
+    assert attach(model, "compress").record()["sliding_layers_default"] is False
+    # a model without sliding layers has nothing to say
+    assert attach(tiny_llama(), None).record() == {"sliding_layers": None}
+
+
+def test_shared_context_questions_each_see_the_compressed_context_alone():
+    # question-agnostic, several questions on one context: the cache (its windows included) is rolled back between
+    # them, so each equals its own compression
+    model = model_with("keep")
+    first = prompts(1)[0]
+    second = PromptTokens(first.context_ids, [5, 6, 7, 8, 9, 10, 11], held_back_tokens=2)
+    decoding = Decoding(model, build_press("snapkv", 0.5, {}, seed=0), QuestionMode.QUESTION_AGNOSTIC, NEW_TOKENS,
+                        set(), partial(new_cache, layer_types_of(model)))
+    together = [g.token_ids for g in shared_context.decode(decoding, [first, second])[0]]
+    alone = [one_by_one.decode(decoding, [prompt])[0][0].token_ids for prompt in (first, second)]
+    assert together == alone
+
+
+def test_presses_computing_rope_themselves_get_their_layers_own():
+    # Gemma 3's one rotary module needs the layer's type; kvpress's presses call it without one. Expected Attention
+    # (it rotates its expected query) crashes on plain kvpress and runs here, each layer on its own base.
+    from kvpress import ExpectedAttentionPress
+
+    from kvcache_bench.engine.layer_types import LayerRotary, language_model, press_on_pressed_layers
+
+    model = model_with("compress")
+    ids = torch.tensor([prompts(1)[0].context_ids])
+    with pytest.raises(AttributeError, match="None_inv_freq"):
+        with torch.inference_mode(), ExpectedAttentionPress(compression_ratio=0.5)(model):
+            model(input_ids=ids, use_cache=True)
+    press = ExpectedAttentionPress(compression_ratio=0.5)
+    with torch.inference_mode(), press_on_pressed_layers(press, model):
+        model(input_ids=ids, use_cache=True)
+        layers = language_model(model).layers
+        rotary = language_model(model).rotary_emb
+        x, positions = torch.zeros(1, 1, 64), torch.tensor([[100]])
+        for index, layer in enumerate(layers):
+            assert isinstance(layer.self_attn.rotary_emb, LayerRotary)
+            cos, _ = layer.self_attn.rotary_emb(x, positions)
+            own = rotary(x, positions, layer_types_of(model).kinds[index])[0]
+            assert torch.equal(cos, own)
+    local, global_ = (rotary(x, positions, kind)[0] for kind in (SLIDING, GLOBAL))
+    assert not torch.allclose(local, global_)  # the bases differ: a press given the wrong one rotates otherwise
+
+
+def test_the_class_that_loads_the_weights_does_not_decide():
+    # The same weights as Gemma3ForConditionalGeneration (how AutoModelForCausalLM loads a multimodal checkpoint,
+    # kvpress's supported class: it skips sliding layers) and as Gemma3ForCausalLM (kvpress hooks every layer):
+    # the setting decides, so both give the same tokens.
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration
+
+    text_model = tiny_gemma3_text()
+    vision = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
+                  patch_size=14)
+    config = Gemma3Config(text_config=text_model.config.to_dict(), vision_config=vision, mm_tokens_per_image=4,
+                          image_token_index=299, boi_token_index=297, eoi_token_index=298)
+    config._attn_implementation = "sdpa"
+    multimodal = Gemma3ForConditionalGeneration(config).eval()
+    multimodal.model.language_model.load_state_dict(text_model.model.state_dict())
+    multimodal.lm_head.load_state_dict(text_model.lm_head.state_dict())
+    batch = prompts(2)
+    for setting in SETTINGS:
+        answers = []
+        for model in (text_model, multimodal):
+            attach(model, setting)
+            answers.append(engine_answers(model, batch, QuestionMode.QUESTION_AGNOSTIC, "snapkv", 1))
+        assert answers[0] == answers[1], setting
+
+
+def test_a_block_appended_to_a_compressed_llama_cache_stays_causal():
+    # The models already in (every layer global): transformers' own mask, from slots, keeps an appended question
+    # causal among itself after compression. Appending it token by token is the reference.
+    model = tiny_llama()
+    prompt = PromptTokens([1] + list(range(3, 120)), list(range(130, 140)))
+    press = build_press("snapkv", 0.5, {}, seed=0)
+    decoding = Decoding(model, press, QuestionMode.QUESTION_AGNOSTIC, NEW_TOKENS, set())
+    block = one_by_one.decode(decoding, [prompt])[0][0].token_ids
+    cache = new_cache(layer_types_of(model))
+    prefill(model, cache, prompt.context_ids, build_press("snapkv", 0.5, {}, seed=0))
+    for offset, token in enumerate(prompt.question_ids):
+        logits = prefill(model, cache, [token], None, start_position=len(prompt.context_ids) + offset)
+    from kvcache_bench.engine.greedy import greedy_decode
+
+    assert greedy_decode(decoding, cache, logits, prompt.length) == block
