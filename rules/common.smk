@@ -23,6 +23,7 @@ from kvcache_bench.data import llama3_tokenizer as llama3_tokenizer_source
 from kvcache_bench.data.kvpress_datasets import BENCHMARKS as KVPRESS_BENCHMARKS
 from kvcache_bench.study import cells as study
 from kvcache_bench.study.cell_checks import Cell, problems_of
+from kvcache_bench.study.sliding_layers import sliding_layers_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
 from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean, method_label
@@ -93,7 +94,8 @@ def cell_problems(cell):
     task = cell["task"]
     new_tokens = study.max_new_tokens(config, task) if task in KNOWN_TASKS else None
     properties = parse_time_properties(cell["method"], config)
-    return problems_of(cell, config["custom_methods"], properties, new_tokens)
+    sliding_layers = sliding_layers_of(config["models"][cell["model"]])
+    return problems_of(cell, config["custom_methods"], properties, new_tokens, sliding_layers)
 
 
 # The study's cells, each judged once: only accepted cells reach tables and figures. A refused cell is printed

@@ -277,3 +277,40 @@ def test_a_block_appended_to_a_compressed_llama_cache_stays_causal():
     from kvcache_bench.engine.greedy import greedy_decode
 
     assert greedy_decode(decoding, cache, logits, prompt.length) == block
+
+
+def test_a_press_that_does_not_run_on_sliding_layers_is_refused_before_any_job(tmp_path):
+    # kvpress's KVzip refuses every Gemma 3 class: on a model with sliding layers its cells are refused at parse with
+    # kvpress's reason, as measured on a tiny Gemma 3 (the shipped properties), while SnapKV's run
+    import json
+
+    from kvcache_bench.methods.shipped_properties import shipped_properties
+    from kvcache_bench.study.cell_checks import problems_of
+    from kvcache_bench.study.sliding_layers import sliding_layers_of
+
+    folder = tmp_path / "gemma"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"layer_types": ["sliding_attention", "full_attention"]}))
+    setting = sliding_layers_of({"path": str(folder)})
+    assert setting == "keep"  # no setting: the documented default
+    assert sliding_layers_of({"path": str(tmp_path / "absent")}) is None
+    assert sliding_layers_of({"path": str(tmp_path / "absent"), "sliding_layers": "compress"}) == "compress"
+
+    def problems(method, sliding):
+        cell = dict(dataset="d", task="niah_single_1", model="m", method=method, question_mode="question_agnostic",
+                    retention=0.5 if method != "kv_quant_4bit" else 1.0, batch_size=1, decode_batch_size=32)
+        return problems_of(cell, None, shipped_properties(method), 32, sliding)
+
+    assert any("KVzipPress is not supported for Gemma3" in p for p in problems("kvzip", setting))
+    assert problems("kvzip", None) == []  # the same cell on a model without sliding layers runs
+    assert problems("snapkv", setting) == []
+    assert any("compresses while decoding" in p for p in problems("decoding_knorm", setting))
+    assert any("quantises the cache" in p for p in problems("kv_quant_4bit", setting))
+
+
+def test_doctor_says_which_layer_types_each_press_touches():
+    from kvcache_bench.methods.properties_table import on_sliding_layers
+    from kvcache_bench.methods.shipped_properties import shipped_properties
+
+    assert on_sliding_layers(shipped_properties("snapkv")) == "keep:global compress:global+sliding"
+    assert on_sliding_layers(shipped_properties("kvzip")) == "keep:no compress:no"

@@ -253,6 +253,12 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
         quantised_cache=get_method(method, custom).kv_cache_bits is not None,
         press_while_decoding=presses_while_decoding(press) is not None,
     )
+    if strategy == Strategy.PRESS_WHILE_DECODING and layer_types_of(model).has_sliding_layers:
+        # the cell checks refuse it from the method's measured properties; a press they could not judge stops here
+        raise ValueError(
+            f"{method} compresses while decoding: on a model with sliding-window layers its hooks would evict from the "
+            "windows between steps, which this engine's position masks do not follow"
+        )
     log.info(
         "method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
         method,

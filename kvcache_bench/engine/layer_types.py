@@ -21,22 +21,12 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 
+from kvcache_bench.study.sliding_layers import DEFAULT_SLIDING_LAYERS, SLIDING, SlidingLayers
+
 GLOBAL = "full_attention"
-SLIDING = "sliding_attention"
-
-
-class SlidingLayers(StrEnum):
-    """How a press treats the sliding-window layers (``models.<name>.sliding_layers``)."""
-
-    KEEP = "keep"
-    COMPRESS = "compress"
-
-
-DEFAULT_SLIDING_LAYERS = SlidingLayers.KEEP
 
 
 class UnsupportedLayerTypesError(ValueError):

@@ -15,6 +15,9 @@ own press is judged exactly like a built-in one; nothing here reads a declared f
 - ``needs_hub_data``: building or running it reaches for the Hugging Face hub (run with the hub offline).
 - ``padded_row_pad_share``: on a left-padded batch of 2, the share of the padded row's kept slots
   that are pads (the padding collapse's size; random weights: an illustration, not a real rate).
+- ``sliding_layers``: on a tiny random Gemma 3 (five sliding-window layers, then a global one), for each setting
+  (``keep``, ``compress``): whether the press runs through the engine's prefill, which layer types it changed
+  (slots removed or masked), and its error if it did not run.
 """
 
 from __future__ import annotations
@@ -48,6 +51,23 @@ QUESTION_TOKENS = 16
 DECODE_STEPS = 24
 DECODE_PROBE = {"compression_interval": 4, "target_size": 8, "hidden_states_buffer_size": 4}
 PROBE_RETENTION = 0.5
+# Gemma 3's layer pattern in miniature, its window a quarter of the probe's prompt
+SLIDING_PROBE_MODEL = dict(
+    vocab_size=PROBE_MODEL["vocab_size"],
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=6,
+    num_attention_heads=4,
+    num_key_value_heads=1,
+    head_dim=64,
+    query_pre_attn_scalar=64,
+    sliding_window=64,
+    layer_types=["sliding_attention"] * 5 + ["full_attention"],
+    max_position_embeddings=4096,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 HUB_MARKERS = ("huggingface", "hf_hub", "hub", "offline", "connect", "load_dataset", "from_pretrained")
 
 
@@ -60,6 +80,51 @@ def probe_model(attn_implementation: str = "sdpa"):
     model = LlamaForCausalLM(config).eval()
     model.config.name_or_path = str(PROBE_TOKENIZER)
     return model
+
+
+def sliding_probe_model(attn_implementation: str = "sdpa"):
+    """A tiny random Gemma 3 text model with Gemma 3's layer pattern and two RoPE bases."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(**SLIDING_PROBE_MODEL)
+    config._attn_implementation = attn_implementation
+    model = Gemma3ForCausalLM(config).eval()
+    model.config.name_or_path = str(PROBE_TOKENIZER)
+    return model
+
+
+def _on_sliding_layers(fresh_press, attention: str) -> dict:
+    """Per setting, whether the press runs on a model with sliding-window layers through the engine's own prefill
+    (its hooks on the layers the setting gives it), and which layer types it changed."""
+    from kvcache_bench.engine.caches import attention_modules, clear_key_masks
+    from kvcache_bench.engine.layer_types import attach
+    from kvcache_bench.engine.layered_cache import new_cache
+    from kvcache_bench.engine.prefill import prefill
+    from kvcache_bench.study.sliding_layers import SlidingLayers
+
+    model = sliding_probe_model(attention)
+    ids = _prompt(PROMPT_TOKENS, seed=1).tolist()
+    facts = {}
+    for setting in SlidingLayers:
+        layer_types = attach(model, setting.value)
+        try:
+            cache = new_cache(layer_types)
+            with torch.inference_mode():
+                prefill(model, cache, ids, fresh_press())
+            touched = set()
+            for layer, module in enumerate(attention_modules(model)):
+                whole = min(len(ids), layer_types.window - 1) if layer_types.kept_as_window(layer) else len(ids)
+                masked = getattr(module, "masked_key_indices", None)
+                if cache.stored_slots(layer) != whole or (masked is not None and len(masked[0])):
+                    touched.add(layer_types.kinds[layer])
+            facts[setting.value] = {"runs": True, "touches": sorted(touched), "error": None}
+        except Exception as error:  # a press that cannot run on such a model is the fact
+            reason = f"{type(error).__name__}: {str(error)[:200]}"
+            facts[setting.value] = {"runs": False, "touches": [], "error": reason}
+        finally:
+            clear_key_masks(model)
+    return facts
 
 
 def _prompt(length: int, seed: int) -> torch.Tensor:
@@ -188,6 +253,7 @@ def measure(
         needs_hub_data=None,
         padded_row_pad_share=None,
         padded_batch_error=None,
+        sliding_layers=None,
         status="ok",
         error=None,
     )
@@ -245,6 +311,7 @@ def _measure_into(facts: dict, fresh_press, attention: str) -> None:
         facts["padded_row_pad_share"] = _padded_row_pad_share(model, prompt, fresh_press())
     except Exception as error:  # some presses cannot take a batch of 2 at all: that is the fact
         facts["padded_batch_error"] = f"{type(error).__name__}: {str(error)[:300]}"
+    facts["sliding_layers"] = _on_sliding_layers(fresh_press, attention)
 
 
 def _padded_row_pad_share(model, prompt, press) -> float | None:

@@ -44,19 +44,36 @@ def runs_while_decoding(properties: dict) -> bool:
     return verdict(properties).startswith(WHILE_DECODING)
 
 
+SLIDING_SHORT = {"full_attention": "global", "sliding_attention": "sliding"}
+
+
+def on_sliding_layers(properties: dict) -> str:
+    """What the press touched on a tiny Gemma 3 under each setting: ``keep:global compress:global+sliding``, ``no``
+    where it did not run, ``-`` where it ran and changed no layer (a press that compresses while decoding)."""
+    measured = properties.get("sliding_layers")
+    if not measured:
+        return "-"
+    parts = []
+    for setting, facts in measured.items():
+        touched = "+".join(SLIDING_SHORT.get(kind, kind) for kind in facts.get("touches") or []) or "-"
+        parts.append(f"{setting}:{touched if facts.get('runs') else 'no'}")
+    return " ".join(parts)
+
+
 def doctor_table(paths: list[str]) -> str:
     rows = [json.loads(Path(path).read_text()) for path in paths]
     header = (
         f"{'method':<38} {'family':<16} "
         + " ".join(f"{short:<8}" for _, short in FLAGS)
-        + f" {'pad share':<9} verdict\n"
+        + f" {'pad share':<9} {'on sliding layers (Gemma 3)':<30} verdict\n"
     )
     lines = [header]
     for row in rows:
         flags = " ".join(f"{('yes' if row.get(key) else '-'):<8}" for key, _ in FLAGS)
         share = row.get("padded_row_pad_share")
         share_text = "-" if share is None else f"{share:.0%}"
-        lines.append(f"{row['method']:<38} {row.get('family', ''):<16} {flags} {share_text:<9} {verdict(row)[:140]}\n")
+        method, family, sliding = row["method"], row.get("family", ""), on_sliding_layers(row)
+        lines.append(f"{method:<38} {family:<16} {flags} {share_text:<9} {sliding:<30} {verdict(row)[:140]}\n")
     running = sum(runs_offline(row) for row in rows)
     decoding = sum(runs_while_decoding(row) for row in rows)
     lines.append(
@@ -65,6 +82,8 @@ def doctor_table(paths: list[str]) -> str:
         "removes: the cache is shorter; masks: slots hidden, cache full size (no memory saved); channels: key channels "
         "zeroed (no memory saved); decoding: compresses while decoding; question: keeps different context slots for a "
         "different question; pad share: on a left-padded batch of 2, the share of the padded row's kept slots that are "
-        "pads (random weights: an illustration). Measured by kvcache_bench.methods.method_properties.\n"
+        "pads (random weights: an illustration); on sliding layers: on a tiny Gemma 3, under sliding_layers keep and "
+        "compress, the layer types the press changed (no: it does not run there, and such cells are refused; "
+        "docs/sliding-layers.md). Measured by kvcache_bench.methods.method_properties.\n"
     )
     return "".join(lines)

@@ -30,6 +30,7 @@ SHIPPED_KEYS = (
     "reads_question",
     "needs_hub_data",
     "padded_row_pad_share",
+    "sliding_layers",
     "status",
     "error",
 )

@@ -23,6 +23,7 @@ def refusal_of(job) -> list[str]:
     """Why the job's cell cannot run, judged from its method's measured properties (the ``properties`` input),
     or nothing. A perf cell is question-aware at decode batch 1."""
     from kvcache_bench.study.cell_checks import Cell, problems_with
+    from kvcache_bench.study.sliding_layers import sliding_layers_of
 
     properties = dict(job.input.items()).get("properties")  # a job run outside the workflow may have none
     if properties is None:
@@ -39,8 +40,15 @@ def refusal_of(job) -> list[str]:
         getattr(p, "decode_batch_size", 1),
     )
     measured = json.loads(Path(properties).read_text())
+    # the model folder exists now (a made model did not at the parse): whether it has sliding layers is read from it
+    model = getattr(p, "model_settings", None) or {}
+    sliding_layers = sliding_layers_of(model) if model.get("path") else None
     return problems_with(
-        cell, getattr(p, "custom_methods", None), measured=measured, max_new_tokens=getattr(p, "max_new_tokens", None)
+        cell,
+        getattr(p, "custom_methods", None),
+        measured=measured,
+        max_new_tokens=getattr(p, "max_new_tokens", None),
+        sliding_layers=sliding_layers,
     )
 
 

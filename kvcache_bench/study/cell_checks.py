@@ -24,13 +24,15 @@ def problems_with(
     custom_methods: dict | None = None,
     measured: dict | None = None,
     max_new_tokens: int | None = None,
+    sliding_layers: str | None = None,
 ) -> list[str]:
     """Everything wrong with a target, judged from the config (no kvpress import: it is cheap) and, when given,
     from the method's measured properties (its check job's output, ``methods.method_properties``) and the
     cell's ``max_new_tokens`` (a decoding-time budget must compress within them).
 
     ``setting`` is a ``Cell``, or the ``CellRun`` a generation job runs (whatever its dataset and model are called):
-    only its task, method, question mode, retention and batch sizes are read."""
+    only its task, method, question mode, retention and batch sizes are read. ``sliding_layers``: the setting its
+    model runs with when the model has sliding-window layers (``study.sliding_layers.sliding_layers_of``)."""
     task, method, question_mode = setting.task, setting.method, setting.question_mode
     retention, batch_size, decode_batch_size = setting.retention, setting.batch_size, setting.decode_batch_size
     problems = []
@@ -46,6 +48,7 @@ def problems_with(
             decode_batch_size=decode_batch_size,
             question_mode=question_mode,
             max_new_tokens=max_new_tokens,
+            sliding_layers=sliding_layers,
         )
     if task not in KNOWN_TASKS:
         problems.append(f"unknown task {task!r}; known tasks: {', '.join(sorted(KNOWN_TASKS))}")
@@ -66,6 +69,11 @@ def problems_with(
             "scored alongside the prompt (the padding collapse). Use batch size 1 for eviction methods; "
             "only methods that keep every token (full_cache, kv_quant_*) may batch."
         )
+    if spec.kv_cache_bits is not None and sliding_layers is not None:
+        problems.append(
+            f"{spec.label} quantises the cache, and this model has sliding-window layers: a quantised cache's windows "
+            "are masked by slots, which this engine does not do; run it on a model without sliding layers"
+        )
     if not spec.evicts and retention != FULL_RETENTION:
         problems.append(f"{spec.label} keeps the whole cache; its retention must be 1.0, not {retention}")
     if spec.evicts and not 0.0 < retention < 1.0:
@@ -81,9 +89,12 @@ def measured_problems(
     decode_batch_size: int,
     question_mode: str = QuestionMode.QUESTION_AWARE.value,
     max_new_tokens: int | None = None,
+    sliding_layers: str | None = None,
 ) -> list[str]:
     """Refusals from what the method was measured to do, so that a custom press is judged like a built-in one."""
     problems = []
+    if sliding_layers is not None:
+        problems += sliding_layer_problems(method, measured, sliding_layers)
     if measured.get("needs_hub_data"):
         problems.append(
             f"{method} needs data from the Hugging Face hub, unreachable here; provide {measured['needs_hub_data']}"
@@ -122,6 +133,25 @@ def measured_problems(
             method, measured, batch_size=batch_size, question_mode=question_mode, max_new_tokens=max_new_tokens
         )
     return problems
+
+
+def sliding_layer_problems(method: str, measured: dict, sliding_layers: str) -> list[str]:
+    """A press that did not run on a tiny Gemma 3 with this setting (measured by its check), or one that compresses
+    while decoding: its hooks would evict from sliding windows between steps, which the engine's masks, built from
+    each window's positions at the prompt, do not follow."""
+    facts = (measured.get("sliding_layers") or {}).get(sliding_layers)
+    if facts is not None and not facts.get("runs"):
+        return [
+            f"{method} does not run on a model with sliding-window layers (sliding_layers: {sliding_layers}), measured "
+            f"on a tiny Gemma 3: {facts.get('error')}"
+        ]
+    if measured.get("compresses_while_decoding"):
+        return [
+            f"{method} compresses while decoding: on a model with sliding-window layers its hooks would evict from the "
+            "windows between decode steps, which this engine does not follow (it masks each window by the positions "
+            "its slots held after the prompt)"
+        ]
+    return []
 
 
 def while_decoding_problems(
@@ -164,10 +194,14 @@ def decode_note(method: str, measured: dict | None, decode_batch_size: int) -> s
 
 
 def problems_of(
-    fields: dict, custom_methods: dict | None = None, measured: dict | None = None, max_new_tokens: int | None = None
+    fields: dict,
+    custom_methods: dict | None = None,
+    measured: dict | None = None,
+    max_new_tokens: int | None = None,
+    sliding_layers: str | None = None,
 ) -> list[str]:
     """``problems_with`` for a cell given as a dict of its fields (what kvcache_bench.study.cells passes)."""
-    return problems_with(Cell(**fields), custom_methods, measured, max_new_tokens)
+    return problems_with(Cell(**fields), custom_methods, measured, max_new_tokens, sliding_layers)
 
 
 def check_cell(
