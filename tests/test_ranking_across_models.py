@@ -8,11 +8,13 @@ Every test here is in-process (unit); the rule over the committed tables is test
 from __future__ import annotations
 
 import math
+import runpy
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 from scipy import stats
 
 from kvcache_bench.analysis import ranking_across_models as across
@@ -381,3 +383,42 @@ def test_too_few_presses_in_two_committed_runs_is_refused_naming_them():
         compare(made, read_committed_tables(runs, REFERENCE), 1, 100)
     assert "2 presses with complete cells in both (snapkv, compactor)" in str(refused.value)
     assert "runs h200-smollm2-ruler-presses" in str(refused.value) and "runs h200-smollm2-ruler-at-25" in str(refused.value)
+
+
+# ----------------------------------------------------------------------------- the README's block
+
+
+DOCS = runpy.run_path(str(REPO / "tools/docs.py"))
+
+
+def test_the_readme_has_no_block_until_a_comparison_is_marked_for_it():
+    readme = (REPO / "README.md").read_text()
+    block = DOCS["ranking_across_models"]()
+    if block is None:  # SmolLM2 against Gemma 3 270M waits for Gemma's runs
+        assert "tools/docs.py ranking-across-models" not in readme
+    else:
+        assert DOCS["replace_block"](readme, "ranking-across-models", block) == readme, (
+            "run: python tools/docs.py ranking-across-models")
+
+
+def test_the_readme_block_is_made_from_the_comparisons_marked_for_it(tmp_path, committed):
+    declaration = yaml.safe_load((REFERENCE / "ranking-across-models.yaml").read_text())
+    declaration["comparisons"][0]["readme"] = True
+    path = tmp_path / "ranking-across-models.yaml"
+    path.write_text(yaml.safe_dump(declaration))
+    block = DOCS["ranking_across_models"](path)
+    lines = block.splitlines()
+    assert lines[2].startswith("| comparison | A | B | presses |")
+    rows = [line for line in lines if line.startswith("| smollm2")]
+    assert len(rows) == 3 and all(row.startswith("| smollm2-ruler-aware-vs-agnostic |") for row in rows)
+    assert "[how](docs/ranking-across-models.md)" in block
+    # at config.yaml's seed and resamples, what `snakemake reference_figures` runs with
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    assert f"B = {DOCS['study_resamples']():,} resamples" in block and f"seed {config['seed']}:" in block
+    assert DOCS["study_resamples"]() == 10_000
+    # the points do not depend on the seed: they are the smoke test's
+    _, (correlations, _) = committed
+    aware = correlations[correlations["comparison"] == "smollm2-ruler-aware-vs-agnostic"]
+    for row, (rho, tau) in zip(rows, zip(aware["spearman_rho"], aware["kendall_tau"])):
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert cells[3] == "8" and cells[5].startswith(f"{rho:.2f} [") and cells[6].startswith(f"{tau:.2f} [")
