@@ -57,7 +57,7 @@ def tables(cells: dict, model: str = "m", metric: str = "string_match_all", inco
         n = len(scores)
         summary.append(dict(cell, label=label, metric=metric, n=n, expected_n=n + ((dataset, task, method) in incomplete),
                             incomplete=(dataset, task, method) in incomplete, small_n=n < 30,
-                            score=round(100 * float(np.mean(scores)), 2)))
+                            score=round(100 * float(np.mean(scores)), 2) if n else math.nan))
     return RunTables(pd.DataFrame(summary), pd.DataFrame(examples))
 
 
@@ -217,6 +217,10 @@ def test_presses_incomplete_or_missing_on_a_side_are_left_out_and_named():
     row = compare(Comparison("c", "c", side("ra"), side("rb")), tables_, 1, 200)[0].iloc[0]
     assert row["n_presses"] == 4 and set(row["presses"].split(", ")) == {"snapkv", "streaming_llm", "knorm", "tova"}
     assert row["left_out"] == "keydiff (A: d/t incomplete (20 of 21)); random (B: not run)"
+    # a cell with nothing to score (other_question on contexts of one question each) is said so, not "incomplete"
+    tables_["rb"] = tables(b | one_task({"random": []}))
+    row = compare(Comparison("c", "c", side("ra"), side("rb")), tables_, 1, 200)[0].iloc[0]
+    assert row["left_out"] == "keydiff (A: d/t incomplete (20 of 21)); random (B: d/t has no example scored)"
 
 
 def test_fewer_than_three_presses_in_both_is_refused_naming_the_runs():

@@ -547,11 +547,14 @@ def _eligible(summary: pd.DataFrame, pool: Pool, setting: tuple[float, str]) -> 
             if method in reasons:
                 continue
             row = cell[cell["method"] == method]
-            reasons[method] = (
-                f"no cell {dataset}/{task}"
-                if row.empty
-                else f"{dataset}/{task} incomplete ({int(row['n'].iloc[0])} of {int(row['expected_n'].iloc[0])})"
-            )
+            if row.empty:
+                reasons[method] = f"no cell {dataset}/{task}"
+            elif int(row["n"].iloc[0]) == 0:  # other_question on contexts of one question each: nothing to score
+                reasons[method] = f"{dataset}/{task} has no example scored"
+            else:
+                reasons[method] = (
+                    f"{dataset}/{task} incomplete ({int(row['n'].iloc[0])} of {int(row['expected_n'].iloc[0])})"
+                )
     return methods - set(reasons), reasons
 
 
