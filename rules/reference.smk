@@ -3,7 +3,8 @@
 #   snakemake reference_figures --cores 1
 # A run contributes what it committed: its study tables (tables/summary.csv, tables/per_example.csv: every
 # figure of the study's own, the appendix past eight methods, the question-mode figure where it ran two modes)
-# and its padding probe reports (probes/padding/<task>/<model>/<method>.json).
+# and its padding probe reports (probes/padding/<task>/<model>/<method>.json). Across runs: each press's rank on one
+# model against another's (reference/ranking-across-models.yaml declares which runs).
 
 
 rule reference_figures:
@@ -76,3 +77,31 @@ use rule figure_padding_probe as reference_figure_padding_probe with:
         **figure_outputs("{model}", folder="results/reference/{run}/figures/padding_probe/{task}"),
     log:
         "logs/reference/{run}/figures/padding_probe/{task}/{model}.log",
+
+
+# Does the ranking hold? Each press's rank on one model against its rank on another at the same retention and question
+# mode (or the settings declared), Spearman's rho and Kendall's tau-b with bootstrap intervals over examples
+# (docs/ranking-across-models.md). The seed and resamples are the study's, as every interval of the tables.
+rule ranking_across_models:
+    input:
+        summaries=ranking_across_models_tables("summary"),
+        per_examples=ranking_across_models_tables("per_example"),
+    output:
+        markdown="results/reference/ranking_across_models.md",
+        correlations="results/reference/ranking_across_models.csv",
+        presses="results/reference/ranking_across_models_presses.csv",
+        markdown_manifest="results/reference/ranking_across_models.md.manifest.json",
+        correlations_manifest="results/reference/ranking_across_models.csv.manifest.json",
+        presses_manifest="results/reference/ranking_across_models_presses.csv.manifest.json",
+    log:
+        "logs/reference/ranking_across_models.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("ranking_across_models.py"),
+        comparisons=ranking_across_models_params(),
+        seed=SEED,
+        n_resamples=config["analysis"]["bootstrap_resamples"],
+    script:
+        "../scripts/ranking_across_models.py"

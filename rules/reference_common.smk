@@ -1,7 +1,14 @@
-# Helpers of rules/reference.smk: which figures each committed run under reference/ allows, and its probe reports.
+# Helpers of rules/reference.smk: which figures each committed run under reference/ allows, its probe reports, and
+# the comparisons of presses' ranks across runs that reference/ranking-across-models.yaml declares.
 # Included before it: `rule reference_figures` calls reference_outputs() while that file is parsed.
 
 import glob
+
+from kvcache_bench.analysis.ranking_across_models import COMPARISONS_FILE, read_comparisons, runs_of, table_paths
+
+# Read once, at parse: a declaration that names an unknown key, a mode that does not exist or a setting fixed on one
+# side only is refused here, naming the file and the comparison. A checkout without reference/ declares none.
+RANKING_COMPARISONS = read_comparisons(os.path.join(workflow.basedir, COMPARISONS_FILE))
 
 
 def reference_outputs():
@@ -22,6 +29,8 @@ def reference_outputs():
         for model_dir in sorted(glob.glob(os.path.join(run_dir, "probes", "padding", "*", "*"))):
             task, model = model_dir.split(os.sep)[-2:]
             outputs.append(f"results/reference/{run}/figures/padding_probe/{task}/{model}.png")
+    if RANKING_COMPARISONS:
+        outputs.append("results/reference/ranking_across_models.md")
     return outputs
 
 
@@ -41,3 +50,14 @@ def reference_has_question_change(tables):
 def reference_padding_probe_reports(wildcards):
     directory = os.path.join("reference", wildcards.run, "probes", "padding", wildcards.task, wildcards.model)
     return sorted(p for p in glob.glob(os.path.join(directory, "*.json")) if not p.endswith(".manifest.json"))
+
+
+def ranking_across_models_tables(table):
+    """The `table` (summary or per_example) of every run the declared comparisons read, in runs_of's order: a run
+    declared but not committed is a missing input, named by Snakemake."""
+    return [table_paths(run)[table] for run in runs_of(RANKING_COMPARISONS)]
+
+
+def ranking_across_models_params():
+    """The declaration as plain data: an edit to it reruns the job, and the manifest records it."""
+    return [comparison.as_params() for comparison in RANKING_COMPARISONS]

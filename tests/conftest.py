@@ -25,8 +25,9 @@ FAKE_HF_TOKEN = "hf_kvbench_fake_token_never_written_8d1f"
 
 # The committed GPU runs under reference/ are 192 MB in 6,700 files, and a rule reads only their tables and probes
 # (rules/reference.smk). Copied whole into each of the suite's workflow copies, they filled a CI machine's disk;
-# a copy now takes none of reference/, or with reference_runs=True those two folders of each run.
-REFERENCE_RUN_INPUTS = re.compile(r"^reference/[^/]+/(tables|probes)/")
+# a copy now takes none of reference/, or with reference_runs=True those two folders of each run and the
+# comparisons the runs' rule ranking_across_models is declared to make (reference/ranking-across-models.yaml).
+REFERENCE_RUN_INPUTS = re.compile(r"^reference/([^/]+/(tables|probes)/|ranking-across-models\.yaml$)")
 
 
 def copy_workflow(destination: Path, reference_runs: bool = False) -> Path:

@@ -7,6 +7,8 @@ python tools/docs.py method-families   # README's one row per family, from the s
 python tools/docs.py parity    # docs/parity.md's methods by how they are checked, from kvcache_bench/methods/parity.py
 python tools/docs.py findings  # README's real-model findings, from the committed runs' tables:
 #   reference/h200-smollm2-{needle,questions,ruler-at-50,ruler-at-25,ruler-at-10}/tables/
+python tools/docs.py ranking-across-models   # README's press ranks across models, from the comparisons
+#   reference/ranking-across-models.yaml marks `readme: true` (none yet: README.md is left as it is)
 """
 
 from __future__ import annotations
@@ -217,6 +219,37 @@ def findings() -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+def study_resamples() -> int:
+    """config.yaml's bootstrap resamples, or the schema's default: what `snakemake reference_figures` runs with."""
+    config = yaml.safe_load((REPO / "config.yaml").read_text())
+    if "bootstrap_resamples" in (config.get("analysis") or {}):
+        return int(config["analysis"]["bootstrap_resamples"])
+    schema = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
+    return int(schema["properties"]["analysis"]["properties"]["bootstrap_resamples"]["default"])
+
+
+def ranking_across_models(declaration: Path | None = None) -> str | None:
+    """README's block: the comparisons the declaration marks `readme: true`, from the committed runs' tables at
+    config.yaml's seed and resamples (the numbers `rule ranking_across_models` writes); None while none is marked."""
+    sys.path.insert(0, str(REPO))
+    from kvcache_bench.analysis.ranking_across_models import (
+        COMPARISONS_FILE,
+        compare_all,
+        read_committed_tables,
+        read_comparisons,
+        readme_block,
+        runs_of,
+    )
+
+    comparisons = [c for c in read_comparisons(declaration or REPO / COMPARISONS_FILE) if c.readme]
+    if not comparisons:
+        return None
+    seed = yaml.safe_load((REPO / "config.yaml").read_text())["seed"]
+    tables = read_committed_tables(runs_of(comparisons), REPO / "reference")
+    correlations, _ = compare_all(comparisons, tables, seed, study_resamples())
+    return readme_block(correlations)
+
+
 def replace_block(text: str, what: str, block: str) -> str:
     begin, end = BEGIN.format(what=what), END.format(what=what)
     head, _, rest = text.partition(begin + "\n")
@@ -231,11 +264,22 @@ TARGETS = {
     "method-families": ("README.md", method_family_table),
     "parity": ("docs/parity.md", parity_table),
     "findings": ("README.md", findings),
+    "ranking-across-models": ("README.md", ranking_across_models),
 }
 
 if __name__ == "__main__":
     for what in sys.argv[1:] or list(TARGETS):
         relative, generate = TARGETS[what]
         path = REPO / relative
-        path.write_text(replace_block(path.read_text(), what, generate()))
+        block = generate()
+        if block is None:  # a block that waits for its inputs (ranking-across-models: a second model's runs)
+            print(f"{relative}: nothing to write for {what} yet, left as it is")
+            continue
+        text = path.read_text()
+        if BEGIN.format(what=what) not in text:  # replace_block would append it at the end
+            raise SystemExit(
+                f"{relative} has no {what} block: put the two lines\n{BEGIN.format(what=what)}\n"
+                f"{END.format(what=what)}\nwhere it goes, then run python tools/docs.py {what} again"
+            )
+        path.write_text(replace_block(text, what, block))
         print(f"updated {relative}")
