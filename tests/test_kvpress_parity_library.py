@@ -30,7 +30,6 @@ from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.loading import load_model, stop_token_ids
 from kvcache_bench.engine.prefill import pressed_and_trailing
 from kvcache_bench.methods.catalogue import DECODING
-from kvcache_bench.methods.method_properties import measure
 from kvcache_bench.methods.parity import (
     BUDGET_KWARGS,
     DECODING_BUDGET,
@@ -52,6 +51,7 @@ from kvcache_bench.methods.registry import (
     cache_factory_for,
     get_method,
 )
+from kvcache_bench.runtime.method_checks import measure
 from kvcache_bench.study.cell_checks import Cell, problems_with
 from kvcache_bench.study.prompt_tokens import build_prompt_tokens
 from kvcache_bench.study.question_modes import QuestionMode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvcache_bench.methods.method_properties import measure
+from kvcache_bench.runtime.method_checks import measure
 from kvcache_bench.study.cell_checks import Cell, problems_with
 
 FLAGS = ("removes_tokens", "masks_slots", "prunes_channels", "compresses_while_decoding")
@@ -100,7 +100,7 @@ def test_doctor_lists_at_least_35_methods_that_run_offline(tmp_path):
     from kvcache_bench.methods.shipped_properties import comparable, shipped_facts, shipped_properties
 
     stale = [row["method"] for row in rows if comparable(shipped_properties(row["method"])) != comparable(shipped_facts(row))]
-    assert not stale, f"regenerate with python -m kvcache_bench.methods.method_properties --ship: {stale}"
+    assert not stale, f"regenerate with python -m kvcache_bench.runtime.method_checks --ship: {stale}"
 
 
 def test_a_press_that_leaves_a_cache_longer_than_its_prompt_is_refused_from_its_measurement():

@@ -31,10 +31,10 @@ class CacheCheckpoint:
     def __init__(self, cache):
         from transformers import DynamicCache, QuantizedCache
 
-        from kvcache_bench.engine.layered_cache import LayeredCache
+        from kvcache_bench.engine.layered_cache import is_layered
 
         self._layered = None
-        if isinstance(cache, LayeredCache):  # a window layer cannot be cropped once full: its references are kept
+        if is_layered(cache):  # a window layer cannot be cropped once full: its references are kept
             self._layered = cache.snapshot()
             return
         if type(cache) is DynamicCache:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from kvcache_bench.engine.caches import default_cache
-from kvcache_bench.engine.layered_cache import LayeredCache, run_appended
+from kvcache_bench.engine.layered_cache import is_layered, run_appended
 from kvcache_bench.study.question_modes import QuestionMode
 
 
@@ -101,7 +101,7 @@ def greedy_decode(settings: Decoding, cache, last_logits, next_position: int) ->
         generated.append(int(next_token))
         if len(generated) >= max_new_tokens or generated[-1] in stop_ids:
             return generated
-        if isinstance(cache, LayeredCache):  # sliding layers: every layer's mask from positions, not slots
+        if is_layered(cache):  # sliding layers: every layer's mask from positions, not slots
             outputs = run_appended(model, cache, next_token.view(1, 1), position)
         else:
             outputs = model(

@@ -17,9 +17,9 @@ The masks go to every layer through the per-layer attention of ``engine.layer_ma
 
 from __future__ import annotations
 
+import functools
+
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
 
 from kvcache_bench.engine.layer_types import GLOBAL, SLIDING, LayerTypes
 
@@ -27,14 +27,39 @@ from kvcache_bench.engine.layer_types import GLOBAL, SLIDING, LayerTypes
 def new_cache(layer_types: LayerTypes):
     """An empty cache for one sequence of a model: a plain ``DynamicCache`` when every layer is global, else a
     ``LayeredCache`` that keeps each sliding layer's slot positions."""
-    return LayeredCache(layer_types) if layer_types.has_sliding_layers else DynamicCache()
+    if layer_types.has_sliding_layers:
+        return layered_cache_class()(layer_types)
+    from transformers import DynamicCache
+
+    return DynamicCache()
 
 
-class LayeredCache(DynamicCache):
+def is_layered(cache) -> bool:
+    """Whether ``cache`` is a ``LayeredCache`` (asked without importing transformers: the engine's modules import it
+    only when they run, so that a rule's environment is read from what its jobs run)."""
+    return getattr(type(cache), "keeps_slot_positions", False)
+
+
+@functools.cache
+def layered_cache_class():
+    """``LayeredCache``, defined on first use (it subclasses transformers' ``DynamicCache``)."""
+    from transformers import DynamicCache
+
+    class LayeredCache(_LayeredCacheMethods, DynamicCache):
+        pass
+
+    return LayeredCache
+
+
+class _LayeredCacheMethods:
     """A ``DynamicCache`` whose sliding layers are the model's windows (``keep``) or compressed like any other
-    (``compress``), and which knows the position each sliding layer's slot holds."""
+    (``compress``), and which knows the position each sliding layer's slot holds (``LayeredCache``)."""
+
+    keeps_slot_positions = True
 
     def __init__(self, layer_types: LayerTypes):
+        from transformers.cache_utils import Cache, DynamicLayer, DynamicSlidingWindowLayer
+
         layers = [
             DynamicSlidingWindowLayer(layer_types.window) if layer_types.kept_as_window(index) else DynamicLayer()
             for index in range(len(layer_types.kinds))
@@ -121,7 +146,7 @@ class LayeredCache(DynamicCache):
         self.slot_positions = list(positions)
 
 
-def run_appended(model, cache: LayeredCache, input_ids: torch.Tensor, first_position: int, **model_kwargs):
+def run_appended(model, cache, input_ids: torch.Tensor, first_position: int, **model_kwargs):
     """Run ``input_ids`` ([1, q]) at positions ``first_position``.. onto ``cache``, every layer through its own mask
     (``layer_masks``); the model's outputs."""
     from kvcache_bench.engine.layer_masks import LAYER_MASKS_KWARG, per_layer_masks

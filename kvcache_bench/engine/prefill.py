@@ -21,7 +21,7 @@ from kvcache_bench.engine.caches import (
 )
 from kvcache_bench.engine.host_positions import cache_positions, forward_replaced, install
 from kvcache_bench.engine.layer_types import layer_types_of, press_on_pressed_layers
-from kvcache_bench.engine.layered_cache import LayeredCache, run_appended
+from kvcache_bench.engine.layered_cache import is_layered, run_appended
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.sync_free_scores import sync_free_scores
 from kvcache_bench.study.prompt_tokens import PromptTokens
@@ -54,7 +54,7 @@ def kept_after_compression(cache) -> tuple[float, dict[str, float] | None]:
     """(mean slots over the layers a press compresses, mean slots per layer type or None): what a record says the
     cache kept. A model's sliding layers kept whole are left out of the first: a cell's retention is measured on what
     its press compresses."""
-    if isinstance(cache, LayeredCache):
+    if is_layered(cache):
         return cache.pressed_layers_mean(), cache.kept_by_layer_type()
     return mean_cache_length(cache), None
 
@@ -71,7 +71,7 @@ def _on_device(ids: list[list[int]], device: torch.device) -> torch.Tensor:
 
 def prefill(model, cache, token_ids: list[int], press=None, start_position: int = 0):
     """Run ``token_ids`` at positions start_position.. into ``cache`` (compressing if ``press``); last logits."""
-    if isinstance(cache, LayeredCache):
+    if is_layered(cache):
         return _prefill_layered(model, cache, token_ids, press, start_position)
     if layer_types_of(model).has_sliding_layers and type(cache).__name__ == "DynamicCache":
         # its windows would be masked by slots: a harness defect, never a result (layered_cache.new_cache makes it)
@@ -114,7 +114,7 @@ def _prefill_uniform(model, cache, token_ids: list[int], press, start_position: 
     return outputs.logits[:, -1]
 
 
-def _prefill_layered(model, cache: LayeredCache, token_ids: list[int], press, start_position: int):
+def _prefill_layered(model, cache, token_ids: list[int], press, start_position: int):
     """``prefill`` on a model with sliding layers: the prompt's pass into the empty cache as any model's (the press's
     hooks on the layers it compresses), each sliding layer's slot positions recorded; tokens appended later attend
     through masks the engine builds from those positions (``engine.layered_cache``)."""

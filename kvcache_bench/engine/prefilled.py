@@ -62,9 +62,9 @@ def stacking_obstacle(model, cache, *, masks_carried: bool = False) -> str | Non
     press's per-head key masks into the snapshot (``take_key_masks``), so they are no obstacle."""
     from transformers import DynamicCache
 
-    from kvcache_bench.engine.layered_cache import LayeredCache
+    from kvcache_bench.engine.layered_cache import is_layered
 
-    if type(cache) is not DynamicCache and not isinstance(cache, LayeredCache):
+    if type(cache) is not DynamicCache and not is_layered(cache):
         return f"{type(cache).__name__} cannot be stacked into a batch"
     if not masks_carried and has_key_masks(model):
         return "the press masks keys per head (kept count differs across heads of a layer)"
@@ -129,14 +129,14 @@ def prefilled_from_cache(
     obstacle = stacking_obstacle(model, done.cache, masks_carried=key_masks)
     if obstacle is not None:
         raise ValueError(obstacle)
-    from kvcache_bench.engine.layered_cache import LayeredCache
+    from kvcache_bench.engine.layered_cache import is_layered
 
     masks = take_key_masks(model, done.cache, clear=clear_masks) if key_masks else None
     layers = done.cache.layers
     keys = [layer.keys.clone() if copy else layer.keys for layer in layers]
     values = [layer.values.clone() if copy else layer.values for layer in layers]
     windows = {}
-    if isinstance(done.cache, LayeredCache):  # positions are never changed in place: no copy needed
+    if is_layered(done.cache):  # positions are never changed in place: no copy needed
         windows = {"slot_positions": list(done.cache.slot_positions), "window": done.cache.layer_types.window}
     return PrefilledPrompt(
         keys,

@@ -15,9 +15,9 @@ own press is judged exactly like a built-in one; nothing here reads a declared f
 - ``needs_hub_data``: building or running it reaches for the Hugging Face hub (run with the hub offline).
 - ``padded_row_pad_share``: on a left-padded batch of 2, the share of the padded row's kept slots
   that are pads (the padding collapse's size; random weights: an illustration, not a real rate).
-- ``sliding_layers``: on a tiny random Gemma 3 (five sliding-window layers, then a global one), for each setting
-  (``keep``, ``compress``): whether the press runs through the engine's prefill, which layer types it changed
-  (slots removed or masked), and its error if it did not run.
+- ``sliding_layers`` (a probe the check passes in, ``runtime.method_checks``): on a tiny random Gemma 3, for each
+  setting (``keep``, ``compress``), whether the press runs through the engine's prefill and which layer types it
+  changed (``engine.sliding_probe``).
 """
 
 from __future__ import annotations
@@ -51,23 +51,6 @@ QUESTION_TOKENS = 16
 DECODE_STEPS = 24
 DECODE_PROBE = {"compression_interval": 4, "target_size": 8, "hidden_states_buffer_size": 4}
 PROBE_RETENTION = 0.5
-# Gemma 3's layer pattern in miniature, its window a quarter of the probe's prompt
-SLIDING_PROBE_MODEL = dict(
-    vocab_size=PROBE_MODEL["vocab_size"],
-    hidden_size=64,
-    intermediate_size=128,
-    num_hidden_layers=6,
-    num_attention_heads=4,
-    num_key_value_heads=1,
-    head_dim=64,
-    query_pre_attn_scalar=64,
-    sliding_window=64,
-    layer_types=["sliding_attention"] * 5 + ["full_attention"],
-    max_position_embeddings=4096,
-    bos_token_id=1,
-    eos_token_id=2,
-    pad_token_id=0,
-)
 HUB_MARKERS = ("huggingface", "hf_hub", "hub", "offline", "connect", "load_dataset", "from_pretrained")
 
 
@@ -80,51 +63,6 @@ def probe_model(attn_implementation: str = "sdpa"):
     model = LlamaForCausalLM(config).eval()
     model.config.name_or_path = str(PROBE_TOKENIZER)
     return model
-
-
-def sliding_probe_model(attn_implementation: str = "sdpa"):
-    """A tiny random Gemma 3 text model with Gemma 3's layer pattern and two RoPE bases."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(**SLIDING_PROBE_MODEL)
-    config._attn_implementation = attn_implementation
-    model = Gemma3ForCausalLM(config).eval()
-    model.config.name_or_path = str(PROBE_TOKENIZER)
-    return model
-
-
-def _on_sliding_layers(fresh_press, attention: str) -> dict:
-    """Per setting, whether the press runs on a model with sliding-window layers through the engine's own prefill
-    (its hooks on the layers the setting gives it), and which layer types it changed."""
-    from kvcache_bench.engine.caches import attention_modules, clear_key_masks
-    from kvcache_bench.engine.layer_types import attach
-    from kvcache_bench.engine.layered_cache import new_cache
-    from kvcache_bench.engine.prefill import prefill
-    from kvcache_bench.study.sliding_layers import SlidingLayers
-
-    model = sliding_probe_model(attention)
-    ids = _prompt(PROMPT_TOKENS, seed=1).tolist()
-    facts = {}
-    for setting in SlidingLayers:
-        layer_types = attach(model, setting.value)
-        try:
-            cache = new_cache(layer_types)
-            with torch.inference_mode():
-                prefill(model, cache, ids, fresh_press())
-            touched = set()
-            for layer, module in enumerate(attention_modules(model)):
-                whole = min(len(ids), layer_types.window - 1) if layer_types.kept_as_window(layer) else len(ids)
-                masked = getattr(module, "masked_key_indices", None)
-                if cache.stored_slots(layer) != whole or (masked is not None and len(masked[0])):
-                    touched.add(layer_types.kinds[layer])
-            facts[setting.value] = {"runs": True, "touches": sorted(touched), "error": None}
-        except Exception as error:  # a press that cannot run on such a model is the fact
-            reason = f"{type(error).__name__}: {str(error)[:200]}"
-            facts[setting.value] = {"runs": False, "touches": [], "error": reason}
-        finally:
-            clear_key_masks(model)
-    return facts
 
 
 def _prompt(length: int, seed: int) -> torch.Tensor:
@@ -231,9 +169,17 @@ def _hub_offline():
 
 
 def measure(
-    method: str, method_kwargs: dict | None = None, custom_methods: dict | None = None, workdir: str = "."
+    method: str,
+    method_kwargs: dict | None = None,
+    custom_methods: dict | None = None,
+    workdir: str = ".",
+    probes: dict | None = None,
 ) -> dict:
-    """The measured properties of one method (see the module docstring), or why they could not be measured."""
+    """The measured properties of one method (see the module docstring), or why they could not be measured.
+
+    ``probes``: further facts, each ``name -> probe(fresh_press, attention)`` run after this module's own (the
+    engine's run of the press on a model with sliding layers, ``runtime.method_checks``: this stage imports no
+    engine)."""
     spec = get_method(method, custom_methods)
     retention = PROBE_RETENTION if spec.takes_retention else FULL_RETENTION
     facts = {
@@ -274,7 +220,10 @@ def measure(
     try:
         with _hub_offline():
             facts["construction"] = press_construction(fresh_press())
-            _measure_into(facts, fresh_press, "eager" if spec.requires_eager_attention else "sdpa")
+            attention = "eager" if spec.requires_eager_attention else "sdpa"
+            _measure_into(facts, fresh_press, attention)
+            for name, probe in (probes or {}).items():
+                facts[name] = probe(fresh_press, attention)
     except Exception as error:  # a press that cannot run here is a fact to report, whatever it raised
         # Offline, a hub download fails in many ways (a missing file, an unknown checkpoint in a table of
         # hub ids); the catalogue's declared data names what to provide and is the cross-check.
@@ -311,7 +260,6 @@ def _measure_into(facts: dict, fresh_press, attention: str) -> None:
         facts["padded_row_pad_share"] = _padded_row_pad_share(model, prompt, fresh_press())
     except Exception as error:  # some presses cannot take a batch of 2 at all: that is the fact
         facts["padded_batch_error"] = f"{type(error).__name__}: {str(error)[:300]}"
-    facts["sliding_layers"] = _on_sliding_layers(fresh_press, attention)
 
 
 def _padded_row_pad_share(model, prompt, press) -> float | None:
@@ -323,53 +271,3 @@ def _padded_row_pad_share(model, prompt, press) -> float | None:
     kept = _kept_slots(padded_full, padded_cache, padded_masked, 1)
     slots = sum(len(k) for k in kept)
     return sum(sum(p < PADS for p in k) for k in kept) / slots if slots else None
-
-
-def run_check_job(job) -> None:
-    """The check_method rule's job: one method's properties and their manifest."""
-    from kvcache_bench.files import write_json_atomic
-    from kvcache_bench.manifest import write_manifest
-    from kvcache_bench.workflow import logging_to, params_of, settings_of
-
-    with logging_to(job):
-        p = settings_of(job)
-        properties = measure(p.method, p.method_kwargs, p.custom_methods, os.getcwd())
-        write_json_atomic(job.output.properties, properties)
-        write_manifest(job.output.properties, params_of(job), None)
-
-
-def write_shipped_properties(path: str | None = None) -> Path:
-    """Measure every built-in method with kvpress's default arguments and write the table the package ships
-    (``methods.shipped_properties``): what a dry run knows about a cell before its check job measures it."""
-    import json
-    import sys
-    from importlib.metadata import version
-
-    from kvcache_bench.methods.registry import METHODS
-    from kvcache_bench.methods.shipped_properties import SHIPPED_PATH, shipped_facts
-
-    target = Path(path) if path else SHIPPED_PATH
-    methods = {}
-    for name in METHODS:
-        methods[name] = shipped_facts(measure(name))
-        print(f"{name}: {methods[name]}", file=sys.stderr, flush=True)
-    document = {
-        "kvpress": version("kvpress"),
-        "transformers": version("transformers"),
-        "measured_by": __name__ + ".measure",
-        "methods": methods,
-    }
-    target.write_text(json.dumps(document, indent=1, sort_keys=False) + "\n")
-    return target
-
-
-if __name__ == "__main__":
-    import argparse
-
-    parser = argparse.ArgumentParser(description=write_shipped_properties.__doc__)
-    parser.add_argument("--ship", action="store_true", help="write kvcache_bench/methods/measured_properties.json")
-    parser.add_argument("--to", default=None, help="write there instead")
-    arguments = parser.parse_args()
-    if not arguments.ship:
-        parser.error("nothing to do: pass --ship")
-    print(write_shipped_properties(arguments.to))

@@ -6,7 +6,7 @@ the cells ten minutes into a GPU run. The same measurement, run once for every b
 kvpress's default arguments, is committed here (``measured_properties.json``) and read when Snakemake parses,
 so ``snakemake -n`` says what each cell will do before any job runs. Regenerate it with
 
-    python -m kvcache_bench.methods.method_properties --ship
+    python -m kvcache_bench.runtime.method_checks --ship
 
 ``tests/test_method_properties.py`` checks that it matches what ``check_method`` measures now; a cell's own
 check job still measures with the cell's ``method_kwargs`` and has the last word.

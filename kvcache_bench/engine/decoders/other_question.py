@@ -12,7 +12,7 @@ from kvcache_bench.engine.caches import default_cache, has_key_masks
 from kvcache_bench.engine.decoders import Decoding, in_prompt_order, shared_context_groups
 from kvcache_bench.engine.greedy import DecodePath, Generation
 from kvcache_bench.engine.layer_types import layer_types_of
-from kvcache_bench.engine.layered_cache import LayeredCache
+from kvcache_bench.engine.layered_cache import is_layered
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import kept_after_compression, prefill
 from kvcache_bench.engine.prefilled import PrefilledPrompt
@@ -51,7 +51,7 @@ def compress_with_other_question(
 
     start = time.perf_counter()
     cache = make_cache()
-    layered = isinstance(cache, LayeredCache)
+    layered = is_layered(cache)
     pressed_tokens = len(context_ids) + len(other_question_ids)
     # a sliding layer kept whole holds its window's last positions, known without tracing (its keys before and after
     # the pass are the same window, which cannot tell absolute positions)
