@@ -91,6 +91,17 @@ def _first_token_ending_after(offsets, char_index: int) -> int:
     return next((i for i, (_, end) in enumerate(offsets) if end > char_index), len(offsets))
 
 
+def _held_back_from(text: str, offset: tuple[int, int], held_back_char: int) -> bool:
+    """Whether the token at ``offset`` is the first of the held-back tail: it starts there, or reaches into it with
+    nothing but whitespace before it. A raw RULER prompt's answer prefix is RULER's " Answer: ..." (its space left in
+    the question by kvpress's layout), and a byte-level BPE encodes it as "ĠAnswer": held back whole. A token that
+    carries the user's words stays with them (zero-width tokens, e.g. an appended EOS, never start the tail)."""
+    start, end = offset
+    if end <= start or end <= held_back_char:
+        return False
+    return start >= held_back_char or not text[start:held_back_char].strip()
+
+
 def _generation_suffix(tokenizer) -> str:
     """What the chat template appends after the user's words (kvpress finds it the same way)."""
     separator = "#" * 32
@@ -170,11 +181,7 @@ def build_prompt_tokens(
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     question_start = _first_token_ending_after(offsets, question_char)
     held_back_start = next(
-        (
-            i
-            for i in range(question_start, len(ids))
-            if offsets[i][0] >= held_back_char and offsets[i][1] > offsets[i][0]
-        ),
+        (i for i in range(question_start, len(ids)) if _held_back_from(text, offsets[i], held_back_char)),
         len(ids),
     )
     return PromptTokens(
