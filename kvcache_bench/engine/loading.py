@@ -121,6 +121,7 @@ class ModelSettings:
     device: str = "auto"
     revision: str | None = None  # a pinned hub commit, tag or branch: a param, so a new pin reruns its cells
     kernels: str = TRANSFORMERS  # RMSNorm/MLP/RoPE: transformers' modules or Liger's fused ones (engine.kernels)
+    chat_template: bool = True  # False: every prompt raw, even where the tokenizer has a template (a base model)
 
 
 @dataclass
