@@ -243,6 +243,8 @@ def model_settings(wildcards):
         **({"revision": model["revision"]} if model.get("revision") else {}),
         # likewise only when not transformers' own: fused kernels are a different model's numbers, so new cells
         **({"kernels": model["kernels"]} if model.get("kernels", "transformers") != "transformers" else {}),
+        # and only when off: raw prompts for a model whose tokenizer has a chat template (a base model) are new cells
+        **({"chat_template": False} if not model.get("chat_template", True) else {}),
     )
 
 
