@@ -14,6 +14,7 @@ import copy
 import importlib.util
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -305,6 +306,32 @@ def test_the_engine_prompts_and_records_as_the_model_setting_says(templated_demo
         assert record["chat_template"] is chat_template and record["stop_rule"] == STOP_AT_EOS
         raw = tokenizer(PROMPTS["synthetic_qa"].format(context=row["context"], input=row["input"]))["input_ids"]
         assert (record["prompt_tokens"] == len(raw)) is not chat_template  # the template's turn markers, or none
+
+
+def test_kvpress_pipeline_engine_prompts_without_the_template_when_the_setting_says(templated_demo_model):
+    """engine: kvpress_pipeline with chat_template false: kvpress's pipeline writes its own template-less prompt
+    (bos_token + context, question + "\\n"), and its records name kvpress's stop. A worker's tokenizer, shared with
+    the model's other cells, keeps its template."""
+    from kvcache_bench.data.longbench import normalise_rows
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+    from kvcache_bench.engine.kvpress_pipeline import run_cell_on_kvpress_pipeline
+    from kvcache_bench.engine.loading import ModelSettings, load_for_settings
+    from kvcache_bench.study.cell import CellRun
+    from kvcache_bench.study.prompts import split_prompt
+
+    rows = normalise_rows(make_synthetic_rows(1, seed=7, min_words=40, max_words=60), "synthetic_qa", None)[:1]
+    settings = ModelSettings(path=templated_demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
+    loaded = load_for_settings(settings)
+    records = {}
+    for chat_template in (True, False):
+        run = CellRun(task="synthetic_qa", model_settings=replace(settings, chat_template=chat_template),
+                      method="full_cache", retention=1.0, question_mode="question_agnostic", max_new_tokens=2, seed=0)
+        records[chat_template] = next(run_cell_on_kvpress_pipeline(rows, run, loaded=loaded))
+    assert loaded.tokenizer.chat_template == CHAT_TEMPLATE
+    context, question = split_prompt("synthetic_qa", rows[0]["context"], rows[0]["input"])
+    theirs = kvpress_preprocess(without_template(loaded.tokenizer), context, question, "")
+    assert records[False]["prompt_tokens"] == len(theirs[0]) + len(theirs[1]) < records[True]["prompt_tokens"]
+    assert records[False]["stop_rule"] == records[True]["stop_rule"] == "kvpress_generation_config_eos"
 
 
 # ---------------------------------------------------------------------------------------- Gemma 3 270M (base)
