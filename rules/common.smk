@@ -247,6 +247,8 @@ def model_settings(wildcards):
         **({"kernels": model["kernels"]} if model.get("kernels", "transformers") != "transformers" else {}),
         # only when set: a model without sliding layers never names it, and unset runs the documented default
         **({"sliding_layers": model["sliding_layers"]} if model.get("sliding_layers") else {}),
+        # and only when off: raw prompts for a model whose tokenizer has a chat template (a base model) are new cells
+        **({"chat_template": False} if not model.get("chat_template", True) else {}),
     )
 
 

@@ -14,7 +14,12 @@ with gpu_job(job, attn_implementation="eager") as entered:  # attention weights 
     torch.manual_seed(p.seed)
     rows = read_jsonl(job.input.rows)[: p.examples]
     report = attention_sink_report(
-        entered.loaded.model, entered.loaded.tokenizer, rows, p.task, p.model_settings["max_context_tokens"]
+        entered.loaded.model,
+        entered.loaded.tokenizer,
+        rows,
+        p.task,
+        p.model_settings["max_context_tokens"],
+        chat_template=entered.loaded.settings.chat_template,
     )
     write_json_atomic(job.output.report, report)
     write_manifest(job.output.report, params_of(job), p.seed, extra={"examples": len(rows)})

@@ -73,7 +73,8 @@ def test_schema_defaults_fill_every_model_and_dataset_without_overriding_the_con
         {"models": {"m": {"path": "x"}}, "datasets": {"d": {"source": "hub", "tasks": ["qasper"]}}}, SCHEMA
     )
     assert bare["models"]["m"] == {
-        "path": "x", "dtype": "bfloat16", "attn_implementation": "sdpa", "trust_remote_code": False, "engine": "kvcache_bench",
+        "path": "x", "dtype": "bfloat16", "attn_implementation": "sdpa", "trust_remote_code": False, "chat_template": True,
+        "engine": "kvcache_bench",
         "max_context_tokens": SCHEMA["properties"]["models"]["additionalProperties"]["properties"]["max_context_tokens"]["default"],
     }
     assert bare["datasets"]["d"]["split"] == "test"

@@ -129,7 +129,14 @@ def _padded_predictions(setting: Setting, rows: list[dict], model_settings, kwar
     model, tokenizer, stop_ids = loaded.model, loaded.tokenizer, set(loaded.stop_ids)
     press = build_press(setting.method, setting.retention, kwargs, seed=seed)
     prompts = [
-        build_prompt_tokens(tokenizer, SYNTHETIC_TASK, r["context"], r["input"], model_settings.max_context_tokens)
+        build_prompt_tokens(
+            tokenizer,
+            SYNTHETIC_TASK,
+            r["context"],
+            r["input"],
+            model_settings.max_context_tokens,
+            chat_template=model_settings.chat_template,
+        )
         for r in rows
     ]
     # the harness presses the whole padded prompt, question included: question-aware

@@ -33,7 +33,7 @@ from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import check_setting
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
 from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, row_prompt_tokens, vocabulary_problem
-from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS
+from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, stop_rule
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,8 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     elif run.mode == QuestionMode.SAME_QUESTION:
         partner = {row["_id"]: row["_id"] for row in rows}
     limit = run.model_settings.max_context_tokens
-    prompts = [row_prompt_tokens(tokenizer, run.task, row, limit) for row in rows]
+    chat = run.model_settings.chat_template
+    prompts = [row_prompt_tokens(tokenizer, run.task, row, limit, chat_template=chat) for row in rows]
     vocabulary = generator.decoding.model.get_input_embeddings().num_embeddings
     ids = [str(row.get("_id")) for row in rows]
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
@@ -362,6 +363,7 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
         "prefill_waits": prefill_waits(strategy == Strategy.DECODE_MANY and generator.decoding.decode_batch_size > 1),
         # kept_tokens is then what the cache held after decoding, pressed_tokens every token that went through it
         "compressed_while_decoding": strategy == Strategy.PRESS_WHILE_DECODING,
+        "stop_rule": stop_rule(run.task),  # how an answer ends (study.prompts): EOS, or samsum's newline too
         "method": run.method,
         "retention": run.retention,
         "batch_size": run.batch_size,

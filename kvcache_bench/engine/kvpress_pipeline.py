@@ -14,6 +14,7 @@ batch 1. Records carry the same fields as ``cell_runner.run_cell``'s where the p
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 
@@ -32,6 +33,9 @@ log = logging.getLogger(__name__)
 
 KVPRESS_PIPELINE = "kvpress_pipeline"
 NO_LIMIT = 2**62  # counting the whole context: the pipeline's own cut comes later, in the call
+# kvpress/pipeline.py generate_answer: greedy until the generation_config's eos_token_id (checked from the second new
+# token on) or max_new_tokens; no newline stop, samsum's included
+STOP_RULE = "kvpress_generation_config_eos"
 SECONDS_COVER = (
     "this example's pipeline call (prefill, compression, decode), synchronised; "
     "model loading and one unmeasured warm-up call (once per model and press; warmup_seconds) excluded"
@@ -72,6 +76,9 @@ def run_cell_on_kvpress_pipeline(
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     loaded = loaded_with_attention(model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model
+    if not model_settings.chat_template:  # models.<name>.chat_template: false: the pipeline's own template-less prompt
+        tokenizer = copy.deepcopy(tokenizer)
+        tokenizer.chat_template = None
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tokenizer, device=device)
     press = build_press(method, retention, run.method_kwargs, seed=run.seed, custom_methods=custom_methods)
     make_cache = cache_factory_for(method, model, run.method_kwargs, custom_methods)
@@ -128,6 +135,7 @@ def run_cell_on_kvpress_pipeline(
             "question_mode": question_mode,
             # kept_tokens is then the cache after the answer (compressed to target_size while decoding)
             "compressed_while_decoding": presses_while_decoding(press) is not None,
+            "stop_rule": STOP_RULE,
         }
 
 

@@ -124,6 +124,7 @@ class ModelSettings:
     kernels: str = TRANSFORMERS  # RMSNorm/MLP/RoPE: transformers' modules or Liger's fused ones (engine.kernels)
     # what a press does to sliding-window layers (engine.layer_types: keep, compress); None: the documented default
     sliding_layers: str | None = None
+    chat_template: bool = True  # False: every prompt raw, even where the tokenizer has a template (a base model)
 
 
 @dataclass

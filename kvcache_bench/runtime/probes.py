@@ -39,11 +39,13 @@ def attention_on_first_position(model, token_ids: list[int]) -> list[float]:
     return [float(layer[0, :, 1:, 0].mean()) for layer in outputs.attentions]
 
 
-def attention_sink_report(model, tokenizer, rows: list[dict], task: str, max_context_tokens: int) -> dict:
+def attention_sink_report(
+    model, tokenizer, rows: list[dict], task: str, max_context_tokens: int, chat_template: bool = True
+) -> dict:
     """Per-layer attention on position 0, averaged over ``rows``' prompts (as the engine builds them)."""
     per_row, lengths = [], []
     for row in rows:
-        prompt = row_prompt_tokens(tokenizer, task, row, max_context_tokens)
+        prompt = row_prompt_tokens(tokenizer, task, row, max_context_tokens, chat_template=chat_template)
         per_row.append(attention_on_first_position(model, prompt.context_ids + prompt.question_ids))
         lengths.append(prompt.length)
     layers = len(per_row[0])
@@ -115,7 +117,8 @@ def padding_effect(model, tokenizer, rows: list[dict], run: CellRun) -> dict:
     task, method, retention, batch_size = run.task, run.method, run.retention, run.batch_size
     max_new_tokens, method_kwargs, seed = run.max_new_tokens, run.method_kwargs, run.seed
     max_context_tokens = run.model_settings.max_context_tokens
-    prompts = [row_prompt_tokens(tokenizer, task, r, max_context_tokens) for r in rows]
+    chat = run.model_settings.chat_template
+    prompts = [row_prompt_tokens(tokenizer, task, r, max_context_tokens, chat_template=chat) for r in rows]
     stop_ids = stop_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 

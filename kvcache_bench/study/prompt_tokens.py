@@ -15,7 +15,13 @@ import weakref
 from collections import OrderedDict
 from dataclasses import KW_ONLY, dataclass
 
-from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, RAW_PROMPT_TASKS, split_prompt
+from kvcache_bench.study.prompts import (
+    KVPRESS_PIPELINE_PROMPT_TASKS,
+    KVPRESS_QUESTION_SUFFIX,
+    NEWLINE_STOP_TASKS,
+    RAW_PROMPT_TASKS,
+    split_prompt,
+)
 
 
 @dataclass(frozen=True)
@@ -41,8 +47,11 @@ class PromptTokens:
         return len(self.context_ids) + len(self.question_ids)
 
 
-def uses_chat_template(tokenizer, task: str) -> bool:
-    return bool(getattr(tokenizer, "chat_template", None)) and task not in RAW_PROMPT_TASKS
+def uses_chat_template(tokenizer, task: str, chat_template: bool = True) -> bool:
+    """Whether ``task``'s prompt is wrapped in the tokenizer's chat template: the model takes one
+    (``models.<name>.chat_template``, default true; false for a base model whose tokenizer carries a template it was
+    never trained on), the tokenizer has one, and LongBench does not send the task raw."""
+    return chat_template and bool(getattr(tokenizer, "chat_template", None)) and task not in RAW_PROMPT_TASKS
 
 
 # Marks where the question starts inside the user turn while the chat template renders it; removed after.
@@ -82,6 +91,17 @@ def _first_token_ending_after(offsets, char_index: int) -> int:
     return next((i for i, (_, end) in enumerate(offsets) if end > char_index), len(offsets))
 
 
+def _held_back_from(text: str, offset: tuple[int, int], held_back_char: int) -> bool:
+    """Whether the token at ``offset`` is the first of the held-back tail: it starts there, or reaches into it with
+    nothing but whitespace before it. A raw RULER prompt's answer prefix is RULER's " Answer: ..." (its space left in
+    the question by kvpress's layout), and a byte-level BPE encodes it as "ĠAnswer": held back whole. A token that
+    carries the user's words stays with them (zero-width tokens, e.g. an appended EOS, never start the tail)."""
+    start, end = offset
+    if end <= start or end <= held_back_char:
+        return False
+    return start >= held_back_char or not text[start:held_back_char].strip()
+
+
 def _generation_suffix(tokenizer) -> str:
     """What the chat template appends after the user's words (kvpress finds it the same way)."""
     separator = "#" * 32
@@ -95,7 +115,14 @@ def _generation_suffix(tokenizer) -> str:
 
 
 def build_prompt_tokens(
-    tokenizer, task: str, context: str, question: str, max_context_tokens: int, answer_prefix: str = ""
+    tokenizer,
+    task: str,
+    context: str,
+    question: str,
+    max_context_tokens: int,
+    answer_prefix: str = "",
+    *,
+    chat_template: bool = True,
 ) -> PromptTokens:
     """Tokenise an example once, as a whole, and split the ids where the question begins.
 
@@ -107,6 +134,12 @@ def build_prompt_tokens(
     is found on token boundaries, so the ids equal the whole prompt's: a byte-level BPE merges the space of
     "Question: " into the question's first word, and two separate encodes would not.
     ``answer_prefix`` (RULER) opens the assistant's turn.
+
+    ``chat_template=False`` (``models.<name>.chat_template: false``) sends every task raw, as a tokenizer without a
+    template does. A raw prompt takes the form its benchmark gives a base model (``prompts.KVPRESS_PIPELINE_PROMPT_
+    TASKS``): LongBench's and RULER's the text itself with the tokenizer's special tokens; kvpress's needle test's
+    the tokenizer's bos_token, the context, the question, "\\n", the answer prefix, with none added (kvpress's
+    pipeline), the "\\n" held back with the answer prefix as a chat template's generation suffix is.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise TypeError(
@@ -116,7 +149,8 @@ def build_prompt_tokens(
     context_text, question_text, truncated, original = _truncate_like_longbench(
         tokenizer, context_text, question_text, max_context_tokens
     )
-    chat = uses_chat_template(tokenizer, task)
+    chat = uses_chat_template(tokenizer, task, chat_template)
+    add_special_tokens = not chat
     if chat:
         rendered = tokenizer.apply_chat_template(
             [{"role": "user", "content": context_text + _QUESTION_MARK + question_text}],
@@ -130,19 +164,24 @@ def build_prompt_tokens(
         if not text.endswith(suffix):
             raise ValueError(f"the chat template's generation suffix {suffix!r} does not end the rendered prompt")
         held_back_char = len(text) - len(suffix)
+    elif task in KVPRESS_PIPELINE_PROMPT_TASKS:
+        # kvpress/pipeline.py preprocess, no chat template: context = bos_token + context, each question + "\n" +
+        # answer_prefix, encoded with add_special_tokens=False. (A tokenizer whose bos_token is None makes kvpress's
+        # `bos_token + context` raise; here it gets no BOS, as its tokenizer would add none.)
+        bos = tokenizer.bos_token or ""
+        text = bos + context_text + question_text + KVPRESS_QUESTION_SUFFIX
+        question_char = len(bos) + len(context_text)
+        held_back_char = len(text) - len(KVPRESS_QUESTION_SUFFIX)
+        add_special_tokens = False
     else:
         text, question_char = context_text + question_text, len(context_text)
         held_back_char = len(text)
     text += answer_prefix
-    encoded = tokenizer(text, add_special_tokens=not chat, return_offsets_mapping=True)
+    encoded = tokenizer(text, add_special_tokens=add_special_tokens, return_offsets_mapping=True)
     ids, offsets = encoded["input_ids"], encoded["offset_mapping"]
     question_start = _first_token_ending_after(offsets, question_char)
     held_back_start = next(
-        (
-            i
-            for i in range(question_start, len(ids))
-            if offsets[i][0] >= held_back_char and offsets[i][1] > offsets[i][0]
-        ),
+        (i for i in range(question_start, len(ids)) if _held_back_from(text, offsets[i], held_back_char)),
         len(ids),
     )
     return PromptTokens(
@@ -168,20 +207,23 @@ class _PromptMemo(OrderedDict):
     tokens = 0
 
 
-def row_prompt_tokens(tokenizer, task: str, row: dict, max_context_tokens: int) -> PromptTokens:
+def row_prompt_tokens(
+    tokenizer, task: str, row: dict, max_context_tokens: int, *, chat_template: bool = True
+) -> PromptTokens:
     """``build_prompt_tokens`` of a data row (its context, input and answer prefix), remembered per tokenizer.
 
-    The same text, task and limit give the same ``PromptTokens`` (frozen; its id lists are read, never changed).
+    ``chat_template``: the model's ``models.<name>.chat_template`` (``ModelSettings.chat_template``). The same text,
+    task, limit and setting give the same ``PromptTokens`` (frozen; its id lists are read, never changed).
     """
     key = (task, row["context"], row["input"], max_context_tokens, row.get("answer_prefix") or "")
     try:
         memo = _PROMPT_MEMOS.setdefault(tokenizer, _PromptMemo())
     except TypeError:  # a tokenizer that cannot be weakly referenced is not remembered
-        return build_prompt_tokens(tokenizer, *key)
-    if key in memo:
-        memo.move_to_end(key)
-        return memo[key]
-    prompt = memo[key] = build_prompt_tokens(tokenizer, *key)
+        return build_prompt_tokens(tokenizer, *key, chat_template=chat_template)
+    if (key, chat_template) in memo:
+        memo.move_to_end((key, chat_template))
+        return memo[key, chat_template]
+    prompt = memo[key, chat_template] = build_prompt_tokens(tokenizer, *key, chat_template=chat_template)
     memo.tokens += prompt.length
     while memo.tokens > PROMPT_MEMO_TOKENS and len(memo) > 1:
         memo.tokens -= memo.popitem(last=False)[1].length
@@ -205,7 +247,8 @@ def vocabulary_problem(
 
 
 def extra_stop_ids(tokenizer, task: str) -> set[int]:
-    """Task-specific stops beyond the model's end-of-turn tokens (LongBench stops samsum at a newline)."""
+    """Task-specific stops beyond the model's end-of-turn tokens (LongBench stops samsum at a newline); the same for a
+    base model: neither RULER nor kvpress stops one before its EOS or the token budget (``prompts.stop_rule``)."""
     if task in NEWLINE_STOP_TASKS:
         return set(tokenizer.encode("\n", add_special_tokens=False)[-1:])
     return set()

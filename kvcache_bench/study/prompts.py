@@ -133,6 +133,16 @@ NEEDLE_TASK = "needle_in_haystack"
 NEEDLE_MAX_NEW_TOKENS = {NEEDLE_TASK: 64}
 NEEDLE_PROMPTS = {NEEDLE_TASK: "{context}{input}"}
 
+# A prompt without a chat template (a tokenizer that has none, or models.<name>.chat_template: false) takes the form
+# its benchmark's own harness gives a base model. LongBench's pred.py and RULER's `base` model template
+# (long_context_eval/data/template.py: "{task_template}", then the answer prefix, data/prepare.py) send the raw text,
+# tokenised with the tokenizer's own special tokens (BOS where the tokenizer adds one; vLLM and the HF pipeline of
+# RULER's pred/ encode a completion prompt so). kvpress's needle test runs through kvpress's pipeline, whose
+# preprocess (kvpress/pipeline.py) for a tokenizer without a chat template writes the tokenizer's bos_token before
+# the context and "\n" between the question and the answer prefix, and adds no special tokens when encoding.
+KVPRESS_PIPELINE_PROMPT_TASKS = frozenset({NEEDLE_TASK})
+KVPRESS_QUESTION_SUFFIX = "\n"  # kvpress/pipeline.py: question_suffix = "\n" "to separate the question from the answer"
+
 # LongBench-e's 13 tasks, by their LongBench names (kvpress's data_dir and the study's task are "<name>_e"). Written
 # once, here, for the three places that list them: this table's lengths, the dataset reader's data_dirs
 # (data/kvpress_datasets.py) and the scorers' metric table (analysis/metrics.py); both of those import study/.
@@ -228,6 +238,27 @@ MAX_NEW_TOKENS = {
     **SYNTHETIC_MAX_NEW_TOKENS,
 }
 KNOWN_TASKS = frozenset(PROMPTS)
+
+
+# How an answer ends (each prediction record's ``stop_rule``), as the task's benchmark ends it, for a base model as for
+# an instruct one; every rule also stops at the task's max_new_tokens. None cuts a base model's answer where the answer
+# ends: a base model goes on writing the document after it, and that text is scored as the benchmark scores it.
+# * "eos": the model's end-of-sequence ids (its generation_config's eos_token_id and the tokenizer's eos_token_id).
+#   RULER passes no stop words: scripts/config_tasks.sh sets STOP_WORDS="" for scripts/run.sh, pred/call_api.py's
+#   --stop_words defaults to '', and the wheel's entrypoint.py passes none; its evaluate.py then only strips the
+#   prediction and turns control characters into "\n" (analysis/metrics.py prepare_prediction), and the string match
+#   counts a reference anywhere in it. kvpress's pipeline (kvpress/pipeline.py generate_answer) stops at the
+#   generation_config's eos_token_id, and its needle test's calculate_metrics scores the whole answer with ROUGE.
+#   LongBench's pred.py stops at the model's EOS too; its eval.py keeps the first line of trec, triviaqa and samsum
+#   (analysis/metrics.py FIRST_LINE_TASKS), a cut in the scorer, not in generation.
+# * "eos_or_newline": LongBench's pred.py also stops samsum at a newline, after at least one new token.
+STOP_AT_EOS = "eos"
+STOP_AT_EOS_OR_NEWLINE = "eos_or_newline"
+
+
+def stop_rule(task: str) -> str:
+    """The stop rule the engine runs for ``task`` (``prompt_tokens.extra_stop_ids`` gives its extra ids)."""
+    return STOP_AT_EOS_OR_NEWLINE if task in NEWLINE_STOP_TASKS else STOP_AT_EOS
 
 
 def max_new_tokens_for(task: str, override: int | None = None) -> int:
