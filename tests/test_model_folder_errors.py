@@ -1,13 +1,16 @@
 """Local model and tokenizer folders that transformers would misread are refused at parse (issue 27 item 6).
 
 Before: a model folder without tokenizer files ran to exit 0 on prompts read as 2 unknown tokens; one with only
-tokenizer_config.json, or a config.json without a known model_type, failed in every job inside transformers.
+tokenizer_config.json, or a config.json without a known model_type, failed in every job inside transformers; one
+whose tokenizer cuts English into fragments (transformers 5.2's from Gemma 3's GGUF) ran to exit 0 on prompts the
+model cannot read (tests/test_gemma3_tokenizer.py feeds it that very tokenizer).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +21,7 @@ import yaml
 from conftest import REPO, copy_workflow, run_snakemake
 
 from kvcache_bench.study.config_checks import study_config_problems
+from kvcache_bench.study.model_folders import ENGLISH_PARAGRAPH
 
 CANARY = REPO / "resources/canary"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -163,3 +167,77 @@ def test_a_dry_run_refuses_a_model_folder_without_tokenizer_files_once(tmp_path)
     message = "models.canary.path 'resources/no-tokenizer' has no tokenizer files"
     assert output.count(message) == 1, output[-3000:]
     assert "the study config is refused before any job runs" in output
+
+
+def save_tokenizer_json(folder: Path, pre_tokenizer: bool) -> None:
+    """A tokenizer.json over the paragraph's characters and no merges: with a whitespace pre-tokenizer it cuts every
+    word into letters; without one (a WordLevel of <unk> alone) it reads the whole paragraph as one unknown piece."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    if pre_tokenizer:
+        letters = ["<unk>", *sorted(set(ENGLISH_PARAGRAPH) - {" "})]
+        core = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(letters)}, merges=[], unk_token="<unk>"))
+        core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    else:
+        core = Tokenizer(models.WordLevel(vocab={"<unk>": 0}, unk_token="<unk>"))
+    core.save(str(folder / "tokenizer.json"))
+
+
+@pytest.fixture
+def measured_here(tmp_path, monkeypatch):
+    """The parse's caches (.snakemake/kvcache-bench/) in this test's folder, as a fresh checkout's."""
+    import kvcache_bench.study.model_folders as model_folders
+    import kvcache_bench.study.sources as sources
+
+    monkeypatch.chdir(tmp_path)
+    model_folders._pieces_cache.cache_clear()
+    sources._hash_cache.cache_clear()
+    yield
+    model_folders._pieces_cache.cache_clear()
+    sources._hash_cache.cache_clear()
+
+
+@pytest.mark.unit
+def test_a_model_folder_whose_tokenizer_cuts_words_into_letters_is_refused_naming_the_remedy(tmp_path, measured_here):
+    folder = model_folder(tmp_path / "letters")
+    save_tokenizer_json(folder, pre_tokenizer=True)
+    [problem] = problems_of_model(folder)
+    assert problem.startswith(f"models.canary.path '{folder}': its tokenizer.json cuts common words into fragments: ")
+    assert re.search(r": [4-6]\.\d\d pieces per word of plain English, where a working tokenizer gives 0\.5 to 2\.0", problem)
+    assert "Save the model's own tokenizer into the folder" in problem and "point the setting at a folder" in problem
+
+
+@pytest.mark.unit
+def test_a_tokenizer_folder_that_reads_the_paragraph_as_one_piece_is_refused(tmp_path, measured_here):
+    folder = model_folder(tmp_path / "one-piece")
+    save_tokenizer_json(folder, pre_tokenizer=False)
+    config = demo_config()
+    config["datasets"]["haystack"] = haystack_dataset(str(folder))
+    [problem] = study_config_problems(config, REPO)
+    assert problem.startswith(f"datasets.haystack.ruler_haystack.tokenizer '{folder}': its tokenizer.json reads several "
+                              "words as one piece: 0.01 pieces per word")
+
+
+@pytest.mark.unit
+def test_pieces_per_word_are_measured_once_per_content_of_tokenizer_json(tmp_path, measured_here, monkeypatch):
+    import kvcache_bench.study.model_folders as model_folders
+
+    folder = model_folder(tmp_path / "canary")
+    assert problems_of_model(folder) == []
+    assert json.loads((tmp_path / model_folders.PIECES_CACHE).read_text()) != {}
+    model_folders._pieces_cache.cache_clear()  # a new parse: the measure comes back from its file, not a tokenizer load
+    with monkeypatch.context() as patched:
+        patched.setattr(model_folders, "pieces_per_word", lambda path: pytest.fail("measured again"))
+        assert problems_of_model(folder) == []
+    save_tokenizer_json(folder, pre_tokenizer=True)  # other bytes: measured anew, and refused
+    assert "cuts common words into fragments" in problems_of_model(folder)[0]
+
+
+def test_the_pieces_per_word_check_reads_tokenizer_json_without_transformers():
+    script = (
+        "import sys; from pathlib import Path; from kvcache_bench.study.model_folders import pieces_per_word; "
+        "print(round(pieces_per_word(Path('resources/canary/tokenizer.json')), 2), 'transformers' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, check=True,
+                            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert result.stdout.split() == ["1.0", "False"]  # the canary's word-level tokenizer: one piece per word

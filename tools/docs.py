@@ -52,6 +52,9 @@ def config_rows(schema: dict, prefix: str = "", required=()) -> list[str]:
         description = " ".join(str(sub.get("description", "")).split())
         rows.append(f"| `{path}` | {kind} | {default} | {description} |")
         rows += config_rows(sub, f"{path}.", sub.get("required", ()))
+        items = sub.get("items")
+        if isinstance(items, dict) and items.get("properties"):  # a list of settings (from_package.chunks)
+            rows += config_rows(items, f"{path}[].", items.get("required", ()))
         extra = sub.get("additionalProperties")
         if isinstance(extra, dict) and extra.get("properties"):
             name = "<" + str(sub.get("x-key", "name")) + ">"

@@ -17,6 +17,7 @@ from pathlib import Path
 from kvcache_bench.methods.custom import custom_method_problems, known_names
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
 from kvcache_bench.study.model_folders import model_folder_problems, tokenizer_folder_problems
+from kvcache_bench.study.packaged_files import packaged_model_problems
 from kvcache_bench.study.press_values import method_kwargs_value_problems
 from kvcache_bench.study.setting_checks import setting_problems
 
@@ -220,6 +221,7 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
         + custom_method_problems(config, workdir)
         + model_path_problems(config["models"], workdir)
         + made_model_path_problems(config["models"])
+        + packaged_model_problems(config["models"], workdir)
         + dataset_path_problems(config["datasets"], workdir)
         + tokenizer_folder_problems(config, workdir)
         + per_task_map_problems(config)
