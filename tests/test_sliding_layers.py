@@ -314,3 +314,23 @@ def test_doctor_says_which_layer_types_each_press_touches():
 
     assert on_sliding_layers(shipped_properties("snapkv")) == "keep:global compress:global+sliding"
     assert on_sliding_layers(shipped_properties("kvzip")) == "keep:no compress:no"
+
+
+def test_the_summary_says_what_a_model_with_sliding_layers_ran_and_whether_it_was_the_default():
+    import pandas as pd
+
+    from kvcache_bench.analysis.measured import measure_cell
+    from kvcache_bench.analysis.summary_markdown import sliding_layer_notes
+
+    records = [{"effective_retention": 0.5, "truncated": False, "sliding_layers": "keep", "sliding_layers_default": True}]
+    measured = measure_cell(records, 0.5)
+    assert measured["sliding_layers"] == "keep (default)"
+    notes = sliding_layer_notes(pd.DataFrame([{"model": "gemma3-270m", **measured}]))
+    assert notes == [
+        "**gemma3-270m has sliding-window layers**: `sliding_layers: keep` (the default: `models.<name>.sliding_layers` "
+        "unset), presses compressed its global layers alone and each sliding layer held the model's own window "
+        "(docs/sliding-layers.md)."
+    ]
+    # a model without sliding layers: no column, no note
+    assert measure_cell([{"effective_retention": 0.5, "truncated": False}], 0.5)["sliding_layers"] == ""
+    assert sliding_layer_notes(pd.DataFrame([{"model": "smollm2"}])) == []

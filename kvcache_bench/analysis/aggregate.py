@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from kvcache_bench.analysis.measured import MEASURED_COLUMNS, measure_cell
+from kvcache_bench.analysis.measured import LAYER_COLUMNS, MEASURED_COLUMNS, measure_cell
 from kvcache_bench.analysis.versus import BASELINE_METHOD
 from kvcache_bench.files import read_jsonl
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
@@ -45,6 +45,7 @@ SUMMARY_COLUMNS = CELL_COLUMNS + [
     "diff_ci_low",
     "diff_ci_high",
     *MEASURED_COLUMNS,
+    *LAYER_COLUMNS,
 ]
 CONFIDENCE = 0.95
 N_RESAMPLES = 10_000
@@ -205,6 +206,8 @@ def build_summary(
         "decode_batch_size",
     ]
     frame = frame.sort_values(order, ascending=[True] * 6 + [False, True, True], kind="stable")
+    if not frame["sliding_layers"].fillna("").astype(bool).any():  # no model with sliding layers: no such column
+        frame = frame.drop(columns="sliding_layers")
     return frame.drop(columns="method_order").reset_index(drop=True)
 
 

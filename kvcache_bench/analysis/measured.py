@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 RETENTION_TOLERANCE = 0.25  # |measured - asked| / asked above this flags the cell
 MAX_CONTEXT_LOST = 0.5  # prompts that lost more than this share of their tokens to truncation, on average
 MEASURED_COLUMNS = ["effective_retention", "truncated_share", "context_lost", "retention_off", "context_cut"]
+# what a model with sliding-window layers ran them as (a column only in a study with such a model)
+LAYER_COLUMNS = ["sliding_layers"]
 
 
 def _mean(values) -> float:
@@ -44,6 +46,11 @@ def measure_cell(
     # A press that compresses while decoding asks a budget in tokens (target_size), not a retention: its cells ask
     # 1.0 and keep what the budget leaves of prompt and answer, which is no departure from what they asked.
     asked_a_retention = not any(r.get("compressed_while_decoding") for r in records)
+    # a model with sliding-window layers: what its press did to them, and whether the setting was the default
+    sliding = sorted(
+        {f"{r['sliding_layers']}{' (default)' if r.get('sliding_layers_default') else ''}" for r in records
+         if r.get("sliding_layers")}
+    )
     return {
         "effective_retention": round(effective, 6) if not math.isnan(effective) else math.nan,
         "truncated_share": round(sum(truncated) / len(truncated), 4) if truncated else math.nan,
@@ -52,6 +59,7 @@ def measure_cell(
             asked_a_retention and not math.isnan(effective) and abs(effective - asked) > tolerance * asked
         ),
         "context_cut": bool(not math.isnan(lost) and lost > max_context_lost),
+        "sliding_layers": ", ".join(sliding),
     }
 
 

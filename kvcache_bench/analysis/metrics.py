@@ -226,6 +226,8 @@ MEASURED_FIELDS = (
     "prompt_tokens",
     "original_prompt_tokens",
     "compressed_while_decoding",
+    "sliding_layers",
+    "sliding_layers_default",
 )
 
 

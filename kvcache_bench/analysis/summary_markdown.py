@@ -164,6 +164,29 @@ def _sorted_by_score(rows: pd.DataFrame) -> pd.DataFrame:
     return key.drop(columns=["_score", "_catalogue", "_mode"])
 
 
+SLIDING_SETTINGS = {
+    "keep": "presses compressed its global layers alone and each sliding layer held the model's own window",
+    "compress": "presses compressed every layer, each compressed window still covering its window of positions",
+}
+
+
+def sliding_layer_notes(summary: pd.DataFrame) -> list[str]:
+    """Per model with sliding-window layers, what its presses did to them, and whether that was the default."""
+    if "sliding_layers" not in summary:
+        return []
+    notes = []
+    for model, group in summary.groupby("model", sort=True):
+        settings = sorted({value for value in group["sliding_layers"].fillna("") if value})
+        for setting in settings:
+            name = setting.split(" ", 1)[0]
+            default = " (the default: `models.<name>.sliding_layers` unset)" if setting.endswith("(default)") else ""
+            notes.append(
+                f"**{model} has sliding-window layers**: `sliding_layers: {name}`{default}, "
+                f"{SLIDING_SETTINGS.get(name, name)} (docs/sliding-layers.md)."
+            )
+    return notes
+
+
 def summary_markdown(
     summary: pd.DataFrame,
     small_n: int = SMALL_N,
@@ -213,7 +236,7 @@ def summary_markdown(
             "what ran; read their scores as the measured setting): " + "; ".join(measured_otherwise) + "."
         )
         lines.append("")
-    notes = summary_notes(summary, label)
+    notes = summary_notes(summary, label) + sliding_layer_notes(summary)
     if notes:
         lines += ["## Notes", ""] + [f"- {note}" for note in notes] + [""]
     for (dataset, task, model), group in summary.groupby(["dataset", "task", "model"], sort=True):
