@@ -41,7 +41,11 @@ echo "$verdict" | tee -a "$log"
 
 present=()
 for folder in results logs benchmarks; do [[ -d $folder ]] && present+=("$folder"); done
-tar -cf "$OUT/$NAME.tar" --exclude=results/models --exclude=results/tokenizers "${present[@]}" -C "$OUT" "$NAME.snakemake.log"
+# LEAVE_OUT: more paths to keep out of the archive, space-separated (rows carried here, which a file of over 16 MiB
+# would not bring back anyway)
+read -ra left_out <<< "${LEAVE_OUT:-}"
+tar -cf "$OUT/$NAME.tar" --exclude=results/models --exclude=results/tokenizers "${left_out[@]/#/--exclude=}" \
+  "${present[@]}" -C "$OUT" "$NAME.snakemake.log"
 tail -n 25 "$log"
 rm "$log"
 echo "$OUT/$NAME.tar: $(tar -tf "$OUT/$NAME.tar" | grep -vc '/$') files"
