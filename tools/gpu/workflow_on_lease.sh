@@ -6,7 +6,7 @@
 #
 # Runs `snakemake` with the arguments given (targets first; `--cores all --resources gpu=1 --scheduler greedy
 # --rerun-incomplete` are added) for at most BUDGET_S seconds, then, finished or cut off, tars what the run has made
-# so far into $OUT/$NAME.tar: results/ (less the built models and tokenizers), logs/, benchmarks/ and the call's
+# so far into $OUT/$NAME.tar.gz: results/ (less the built models and tokenizers), logs/, benchmarks/ and the call's
 # snakemake log, as one file, since a device call brings back only a few. A run that the budget cut off goes on in the
 # next call on the still-warm machine, whose ignored folders (results/, .snakemake/) survive between calls: the
 # same command with another NAME.
@@ -44,9 +44,14 @@ for folder in results logs benchmarks; do [[ -d $folder ]] && present+=("$folder
 # LEAVE_OUT: more paths to keep out of the archive, space-separated (rows carried here, which a file of over 16 MiB
 # would not bring back anyway)
 read -ra left_out <<< "${LEAVE_OUT:-}"
-tar -cf "$OUT/$NAME.tar" --exclude=results/models --exclude=results/tokenizers "${left_out[@]/#/--exclude=}" \
+# gzipped (a sweep's predictions and scores are tens of MB of JSON), and cut into 15 MiB parts when larger: a device
+# call brings back files of at most 16 MiB (join them with cat NAME.tar.gz.part-* > NAME.tar.gz)
+tar -czf "$OUT/$NAME.tar.gz" --exclude=results/models --exclude=results/tokenizers "${left_out[@]/#/--exclude=}" \
   "${present[@]}" -C "$OUT" "$NAME.snakemake.log"
 tail -n 25 "$log"
 rm "$log"
-echo "$OUT/$NAME.tar: $(tar -tf "$OUT/$NAME.tar" | grep -vc '/$') files"
+echo "$OUT/$NAME.tar.gz: $(tar -tzf "$OUT/$NAME.tar.gz" | grep -vc '/$') files, $(du -h "$OUT/$NAME.tar.gz" | cut -f1)"
+if (( $(stat -c %s "$OUT/$NAME.tar.gz") > 15 * 1024 * 1024 )); then
+  split -b 15M "$OUT/$NAME.tar.gz" "$OUT/$NAME.tar.gz.part-" && rm "$OUT/$NAME.tar.gz" && ls "$OUT"
+fi
 exit "$status"
