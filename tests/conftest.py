@@ -160,6 +160,30 @@ def smollm2_tokenizer(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gemma3_gguf(tmp_path_factory) -> Path:
+    """Gemma 3 270M's GGUF (253 MB), joined once per session from its installed chunk packages as config/gemma3.yaml
+    lists them, each chunk and the whole file checked against the config's sha256 (as rule materialise_packaged_model
+    joins them)."""
+    from kvcache_bench.data.packaged_models import join_packaged_chunks
+
+    setting = yaml.safe_load((REPO / "config/gemma3.yaml").read_text())["models"]["gemma3-270m"]["from_package"]
+    path, _, _ = join_packaged_chunks(setting, tmp_path_factory.mktemp("gemma3-gguf"))
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma3_tokenizer_dir(gemma3_gguf, tmp_path_factory) -> Path:
+    """Gemma 3's tokenizer rebuilt from that GGUF's SentencePiece data and saved as the model folder holds it
+    (tokenizer.json, tokenizer_config.json, tokenizer.model), once per session: ~40 s on 2 cores, most of it gguf's
+    reader."""
+    from kvcache_bench.data.packaged_models import gemma_tokenizer_from_gguf, save_tokenizer
+
+    directory = tmp_path_factory.mktemp("gemma3-tokenizer")
+    save_tokenizer(gemma_tokenizer_from_gguf(gemma3_gguf), directory)
+    return directory
+
+
+@pytest.fixture(scope="session")
 def llama3_tokenizer_dir(tmp_path_factory) -> str:
     """Llama 3.1's tokenizer materialised from the installed llama-models package, once per test session
     (KVCACHE_BENCH_LLAMA3_TOKENIZER_DIR may name a directory the rule made, to reuse while developing)."""
@@ -199,16 +223,18 @@ def one_torch_thread():
 # Every test gets one tier marker, so a tier can be run alone (`pytest -m unit`, the edit loop's minutes):
 #   unit      in-process, no model download or subprocess: the package's logic
 #   workflow  runs Snakemake, a script or a model worker in a subprocess (directly or through a fixture/helper)
-#   model     reads a real pretrained model or tokenizer (SmolLM2, Llama 3.1's tokenizer)
+#   model     reads a real pretrained model or tokenizer (SmolLM2, Gemma 3, Llama 3.1's tokenizer)
 #   cluster   needs the project's one-node SLURM (tests/test_slurm.py)
 #   gpu       needs a CUDA GPU
 # A test may carry its tier explicitly; otherwise it is read from what the test and the fixtures and test-module
 # helpers it calls do, so a new test lands in the right tier without anyone remembering to mark it.
 TIERS = ("unit", "workflow", "model", "cluster", "gpu")
-MODEL_FIXTURES = {"smollm2_model_dir", "smollm2_tokenizer", "llama3_tokenizer_dir", "llama3_tokenizer"}
+MODEL_FIXTURES = {"smollm2_model_dir", "smollm2_tokenizer", "gemma3_gguf", "gemma3_tokenizer_dir", "llama3_tokenizer_dir",
+                  "llama3_tokenizer"}
 _SPAWNS = re.compile(r"\b(run_snakemake|copy_workflow|subprocess|Popen|multiprocessing)\b")
-# a real model's files (SmolLM2's GGUF, Llama 3.1's tokenizer) or the trained canary's report card, read in-process
-_READS_A_MODEL = re.compile(r"smollm2|gguf|llama3|llama_models|canary_report", re.I)
+# a real model's files (SmolLM2's GGUF, Gemma 3's chunks, Llama 3.1's tokenizer) or the trained canary's report card,
+# read in-process
+_READS_A_MODEL = re.compile(r"smollm2|gguf|gemma3|llama3|llama_models|canary_report", re.I)
 _CALLED = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
 
 
@@ -271,6 +297,7 @@ LONGEST_FILES_FIRST = (
     "test_report.py", "test_smollm2_study.py", "test_inputs_in_dag.py", "test_bad_inputs.py", "test_workflow.py",
     "test_worker.py", "test_slurm.py", "test_worker_order.py", "test_probes.py", "test_kvpress_parity.py",
     "test_perf_workflow.py", "test_custom_press.py", "test_gpus.py", "test_reference_config.py", "test_shaped_model.py",
+    "test_gemma3_tokenizer.py",
 )
 
 
