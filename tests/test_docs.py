@@ -12,7 +12,9 @@ from conftest import REPO
 DOCS = runpy.run_path(str(REPO / "tools/docs.py"))
 
 
-@pytest.mark.parametrize("what", ["config", "modules", "methods", "method-families", "parity", "findings"])
+@pytest.mark.parametrize(
+    "what", ["config", "modules", "methods", "method-families", "parity", "findings", "gemma3-findings"]
+)
 def test_generated_docs_are_up_to_date(what):
     relative, generate = DOCS["TARGETS"][what]
     text = (REPO / relative).read_text()

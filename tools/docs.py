@@ -222,6 +222,27 @@ def findings() -> str:
     return "\n\n".join(blocks) + "\n"
 
 
+GEMMA3_RUNS = [REPO / "reference/h100-gemma3-ruler-4k-r50-partial"]
+GEMMA3_HEAD = (
+    "Gemma 3 270M (the base model, bf16) on NVIDIA's RULER at 4k tokens made with its own tokenizer "
+    "(`config/gemma3-h200-ruler-4k.yaml`), question-agnostic as kvpress's leaderboard, the global layers compressed and "
+    "the sliding layers kept as the model's windows (`sliding_layers: keep`), n = 100 per cell, one H100. **So far 3 "
+    "of its 13 tasks at 50% kept** (`reference/h100-gemma3-ruler-4k-r50-partial/`; the rest of the grid is the next "
+    "session's). "
+)
+
+
+def gemma3_findings() -> str:
+    """The README's Gemma 3 findings, from its committed RULER runs' tables (kvcache_bench.analysis.findings)."""
+    import pandas as pd
+
+    sys.path.insert(0, str(REPO))
+    from kvcache_bench.analysis.findings import one_mode_ruler_sentences
+
+    summary = pd.concat([pd.read_csv(run / "tables/summary.csv") for run in GEMMA3_RUNS])
+    return GEMMA3_HEAD + "\n".join(one_mode_ruler_sentences(summary)) + "\n"
+
+
 def study_resamples() -> int:
     """config.yaml's bootstrap resamples, or the schema's default: what `snakemake reference_figures` runs with."""
     config = yaml.safe_load((REPO / "config.yaml").read_text())
@@ -267,6 +288,7 @@ TARGETS = {
     "method-families": ("README.md", method_family_table),
     "parity": ("docs/parity.md", parity_table),
     "findings": ("README.md", findings),
+    "gemma3-findings": ("README.md", gemma3_findings),
     "ranking-across-models": ("README.md", ranking_across_models),
 }
 

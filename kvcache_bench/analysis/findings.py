@@ -203,3 +203,40 @@ def ruler_sentences(summary: pd.DataFrame) -> list[str]:
             "cache: " + "; ".join(parts) + "."
         )
     return lines
+
+
+def one_mode_ruler_sentences(summary: pd.DataFrame) -> list[str]:
+    """RULER in one question mode (the leaderboard's, question-agnostic): the full cache per task, then per retention
+    each press's mean over the tasks run and in how many its paired interval reaches the full cache, best first. A
+    masking press (AdaKV) or a press whose measured retention is off says so, as its cells are flagged."""
+    complete = summary[~summary["incomplete"].astype(bool)].sort_values(["task", "dataset"])
+    full = complete[complete["method"] == BASELINE_METHOD]
+    tasks = len(full)
+    lines = [
+        "Full cache, score ×100 [95% interval] (n): "
+        + "; ".join(f"{r.task} {r.score:.0f} [{r.ci_low:.0f}, {r.ci_high:.0f}] ({int(r.n)})" for r in full.itertuples())
+        + f" (mean {full['score'].mean():.0f}). Each press: its mean over the {tasks} tasks, then in how many its "
+        "paired interval reaches the full cache."
+    ]
+    for retention, group in sorted(_pressed(complete).groupby("retention"), key=lambda item: -item[0]):
+        means = group.groupby("method").agg(
+            score=("score", "mean"),
+            reached=("diff_ci_high", lambda highs: int((highs >= 0).sum())),
+            kept=("effective_retention", "mean"),
+        )
+        means = means.sort_values("score", ascending=False)
+
+        def measured(method, row) -> str:
+            if abs(row.kept - retention) <= 0.05:
+                return ""
+            return f", KV kept {retention_percent(round(row.kept, 2))}"
+
+        lines.append(
+            f"- **{retention_percent(retention)} kept**: "
+            + ", ".join(
+                f"{method_label(method)} {row.score:.0f} ({int(row.reached)} of {tasks}{measured(method, row)})"
+                for method, row in means.iterrows()
+            )
+            + "."
+        )
+    return lines
