@@ -344,11 +344,17 @@ def committed():
 def test_smollm2_against_itself_across_question_modes_retentions_and_generators(committed):
     comparisons, (correlations, presses) = committed
     assert [c.name for c in comparisons] == [
+        "smollm2-vs-gemma3-ruler",
         "smollm2-ruler-aware-vs-agnostic", "smollm2-ruler-50-vs-10", "smollm2-haystack-vs-ruler-niah-single-2"]
-    assert not any(c.readme for c in comparisons)  # the README's block waits for a second model's runs
+    assert [c.readme for c in comparisons] == [True, False, False, False]  # the README shows the two models alone
     assert correlations.groupby("comparison", sort=False).size().to_dict() == {
-        "smollm2-ruler-aware-vs-agnostic": 3, "smollm2-ruler-50-vs-10": 2, "smollm2-haystack-vs-ruler-niah-single-2": 3}
-    assert (correlations["n_presses"] == 8).all()
+        "smollm2-vs-gemma3-ruler": 1, "smollm2-ruler-aware-vs-agnostic": 3, "smollm2-ruler-50-vs-10": 2,
+        "smollm2-haystack-vs-ruler-niah-single-2": 3}
+    smollm2 = correlations[correlations["comparison"] != "smollm2-vs-gemma3-ruler"]
+    assert (smollm2["n_presses"] == 8).all()
+    # Gemma's first RULER slice shares niah_multikey_1 and five presses with SmolLM2's (question-agnostic, 50% kept)
+    gemma = correlations[correlations["comparison"] == "smollm2-vs-gemma3-ruler"].iloc[0]
+    assert gemma["n_presses"] == 5 and gemma["b_cells"].count("ruler-4k/niah_multikey_1") == 1
     for column in ("spearman", "kendall"):
         low, high = correlations[f"{column}_ci_low"], correlations[f"{column}_ci_high"]
         assert ((-1 <= low) & (low <= high) & (high <= 1)).all()
@@ -407,14 +413,14 @@ def test_the_readme_has_no_block_until_a_comparison_is_marked_for_it():
 
 def test_the_readme_block_is_made_from_the_comparisons_marked_for_it(tmp_path, committed):
     declaration = yaml.safe_load((REFERENCE / "ranking-across-models.yaml").read_text())
-    declaration["comparisons"][0]["readme"] = True
+    declaration["comparisons"][1]["readme"] = True  # the smoke test beside the two models' comparison
     path = tmp_path / "ranking-across-models.yaml"
     path.write_text(yaml.safe_dump(declaration))
     block = DOCS["ranking_across_models"](path)
     lines = block.splitlines()
     assert lines[2].startswith("| comparison | A | B | presses |")
-    rows = [line for line in lines if line.startswith("| smollm2")]
-    assert len(rows) == 3 and all(row.startswith("| smollm2-ruler-aware-vs-agnostic |") for row in rows)
+    rows = [line for line in lines if line.startswith("| smollm2-ruler-aware-vs-agnostic |")]
+    assert len(rows) == 3 and sum(line.startswith("| smollm2-vs-gemma3-ruler |") for line in lines) == 1
     assert "[how](docs/ranking-across-models.md)" in block
     # at config.yaml's seed and resamples, what `snakemake reference_figures` runs with
     config = yaml.safe_load((REPO / "config.yaml").read_text())

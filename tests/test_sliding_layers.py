@@ -334,3 +334,112 @@ def test_the_summary_says_what_a_model_with_sliding_layers_ran_and_whether_it_wa
     # a model without sliding layers: no column, no note
     assert measure_cell([{"effective_retention": 0.5, "truncated": False}], 0.5)["sliding_layers"] == ""
     assert sliding_layer_notes(pd.DataFrame([{"model": "smollm2"}])) == []
+
+
+class _RecordingTokenizer:
+    """What kvpress's pipeline asks of a tokenizer once it has ids: decode, here recording the ids it decodes."""
+
+    def __init__(self):
+        self.decoded = []
+
+    def decode(self, ids, *args, **kwargs):
+        self.decoded.append([int(i) for i in ids])
+        return ""
+
+
+def kvpress_pipeline_answer(model, context_ids: list[int], question_ids: list[int], press, new_tokens: int) -> list[int]:
+    """Greedy ids of kvpress 0.5.5's own pipeline (``_forward``: the context compressed alone, the question after it),
+    run on token ids: what kvpress does with ``Gemma3ForCausalLM`` (every layer hooked, a plain DynamicCache)."""
+    from kvpress import KVPressTextGenerationPipeline
+
+    pipeline = object.__new__(KVPressTextGenerationPipeline)  # no tokenizer needed for ids
+    pipeline.model, pipeline.tokenizer = model, _RecordingTokenizer()
+    inputs = {"context_ids": torch.tensor([context_ids]), "questions_ids": [torch.tensor([question_ids])]}
+    with torch.inference_mode():
+        pipeline._forward(inputs, max_new_tokens=new_tokens, press=press)
+    return pipeline.tokenizer.decoded[-1]
+
+
+@pytest.mark.parametrize("method", ["knorm", "snapkv", "streaming_llm"])
+def test_compress_equals_kvpress_pipeline_where_its_windows_are_right(method):
+    # Prompt and answer within one window: kvpress's slot windows and this engine's position windows see the same
+    # slots, so `compress` (kvpress's choice of layers) gives kvpress's own greedy ids.
+    model = tiny_gemma3_text(window=512)
+    attach(model, "compress")
+    generator = torch.Generator().manual_seed(3)
+    context = [2] + torch.randint(3, 300, (200,), generator=generator).tolist()
+    question = torch.randint(3, 300, (7,), generator=generator).tolist()
+    model.generation_config.eos_token_id = None  # both decode the whole budget
+    theirs = kvpress_pipeline_answer(model, context, question, build_press(method, 0.5, {}, seed=0), NEW_TOKENS)
+    decoding = Decoding(model, build_press(method, 0.5, {}, seed=0), QuestionMode.QUESTION_AGNOSTIC, NEW_TOKENS, set(),
+                        partial(new_cache, layer_types_of(model)))
+    ours = one_by_one.decode(decoding, [PromptTokens(context, question)])[0][0].token_ids
+    assert ours == theirs
+
+
+def test_kvpress_pipeline_windows_count_slots_past_the_window_where_this_engine_counts_positions():
+    # Past one window, kvpress's pipeline masks a compressed sliding layer by slot index: the last W slots, which
+    # here hold positions further back than W, are all seen. This engine's answer is the positions-only reference's,
+    # and kvpress's is another.
+    from transformers import DynamicCache
+
+    model = model_with("compress")
+    prompt = prompts(1)[0]
+    press = build_press("knorm", 0.5, {}, seed=0)
+    layer_types = layer_types_of(model)
+    cache = DynamicCache()  # kvpress's pipeline's cache, every layer hooked: what it keeps per sliding layer
+    with KeptPositions(model) as tracker, torch.inference_mode(), press(model):
+        model.model(input_ids=torch.tensor([prompt.context_ids]), past_key_values=cache)
+    held = tracker.positions_by_layer(cache)
+    first_query = len(prompt.context_ids)
+    for layer in (index for index in range(len(layer_types.kinds)) if layer_types.is_sliding(index)):
+        last_slots = held[layer][0][-TINY_GEMMA3_WINDOW:]  # what a slot window lets the first question token see
+        assert int(last_slots.min()) <= first_query - TINY_GEMMA3_WINDOW  # positions out of the trained window
+    model.generation_config.eos_token_id = None
+    theirs = kvpress_pipeline_answer(model, prompt.context_ids, prompt.question_ids, build_press("knorm", 0.5, {}, seed=0),
+                                     NEW_TOKENS)
+    ours = engine_answers(model, [prompt], QuestionMode.QUESTION_AGNOSTIC, "knorm", 1)[0]
+    reference = masked_full_cache_answer(model, prompt, QuestionMode.QUESTION_AGNOSTIC, build_press("knorm", 0.5, {}, seed=0))
+    assert ours == reference and theirs != ours
+
+
+def _runs_on_sliding_layers(setting: str) -> list[str]:
+    """Every built-in press the shipped measurement found running on a tiny Gemma 3 under ``setting``."""
+    from kvcache_bench.methods.properties_table import runs_offline
+    from kvcache_bench.methods.registry import METHODS
+    from kvcache_bench.methods.shipped_properties import shipped_properties
+
+    names = []
+    for method in METHODS:
+        facts = shipped_properties(method) or {}
+        if facts.get("sliding_layers") and runs_offline(facts) and facts["sliding_layers"][setting]["runs"]:
+            names.append(method)
+    return names
+
+
+@pytest.mark.parametrize(
+    "setting,method", [(setting, method) for setting in SETTINGS for method in _runs_on_sliding_layers(setting)]
+)
+def test_every_press_that_runs_decodes_alike_at_decode_batch_1_and_32(setting, method):
+    # Question-agnostic (kvpress's leaderboard mode): each row's windows, masks and positions go with it into the
+    # decode batch. Random presses draw from torch's generator: seeded alike for both.
+    from kvcache_bench.methods.registry import FULL_RETENTION, attention_implementation_for, get_method
+
+    model = model_with(setting)
+    model.config._attn_implementation = attention_implementation_for(method, "sdpa", None)
+    retention = 0.5 if get_method(method).takes_retention else FULL_RETENTION
+    answers = []
+    for decode_batch_size in (1, 32):
+        torch.manual_seed(0)
+        press = build_press(method, retention, {}, seed=0)
+        decoding = Decoding(model, press, QuestionMode.QUESTION_AGNOSTIC, 4, set(),
+                            partial(new_cache, layer_types_of(model)), decode_batch_size=decode_batch_size)
+        decoder = one_by_one if decode_batch_size == 1 else shared_contexts_together
+        batch = prompts(2)
+        if decode_batch_size == 1:
+            answers.append([decoder.decode(decoding, [prompt])[0][0].token_ids for prompt in batch])
+        else:
+            generations, path = decoder.decode(decoding, batch)
+            assert path.effective_decode_batch_size == len(batch)
+            answers.append([generation.token_ids for generation in generations])
+    assert answers[0] == answers[1]

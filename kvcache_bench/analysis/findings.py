@@ -226,7 +226,7 @@ def one_mode_ruler_sentences(summary: pd.DataFrame) -> list[str]:
         )
         means = means.sort_values("score", ascending=False)
 
-        def measured(method, row) -> str:
+        def measured(row, retention=retention) -> str:
             if abs(row.kept - retention) <= 0.05:
                 return ""
             return f", KV kept {retention_percent(round(row.kept, 2))}"
@@ -234,7 +234,7 @@ def one_mode_ruler_sentences(summary: pd.DataFrame) -> list[str]:
         lines.append(
             f"- **{retention_percent(retention)} kept**: "
             + ", ".join(
-                f"{method_label(method)} {row.score:.0f} ({int(row.reached)} of {tasks}{measured(method, row)})"
+                f"{method_label(method)} {row.score:.0f} ({int(row.reached)} of {tasks}{measured(row)})"
                 for method, row in means.iterrows()
             )
             + "."
