@@ -126,7 +126,7 @@ def test_a_workers_prompts_are_tokenised_once_per_tokenizer(monkeypatch):
     tokenizer = AutoTokenizer.from_pretrained(DEMO / "tokenizer")
     calls = []
     original = prompt_tokens.build_prompt_tokens
-    monkeypatch.setattr(prompt_tokens, "build_prompt_tokens", lambda *a: calls.append(a) or original(*a))
+    monkeypatch.setattr(prompt_tokens, "build_prompt_tokens", lambda *a, **k: calls.append(a) or original(*a, **k))
     rows = [{"context": f"the pass code is {n} " * 20, "input": "what is the code?"} for n in range(3)]
     first = [prompt_tokens.row_prompt_tokens(tokenizer, "synthetic_qa", row, 2048) for row in rows]
     again = [prompt_tokens.row_prompt_tokens(tokenizer, "synthetic_qa", row, 2048) for row in rows]

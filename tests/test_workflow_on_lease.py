@@ -32,14 +32,14 @@ def test_a_cut_off_call_still_brings_its_log_back_and_the_next_call_finishes_the
     cut_off = lease_call(workflow, out, "first", 1, KVCACHE_BENCH_GIT_COMMIT=COMMIT)
     assert cut_off.returncode == 124, cut_off.stdout[-2000:] + cut_off.stderr[-2000:]
     assert "cut off by BUDGET_S=1" in cut_off.stdout
-    with tarfile.open(out / "first.tar") as archive:
+    with tarfile.open(out / "first.tar.gz") as archive:
         assert "first.snakemake.log" in archive.getnames()
 
     finished = lease_call(workflow, out, "second", 300, KVCACHE_BENCH_GIT_COMMIT=COMMIT)
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
-    with tarfile.open(out / "second.tar") as archive:
+    with tarfile.open(out / "second.tar.gz") as archive:
         names = archive.getnames()
         assert TARGET in names and "logs/make_synthetic_dataset/synthetic/synthetic_qa.log" in names
         manifest = json.load(archive.extractfile(TARGET + ".manifest.json"))
     assert json.dumps(manifest).count(COMMIT) >= 1  # the manifest names the commit the device's copy came from
-    assert sorted(p.name for p in out.iterdir()) == ["first.tar", "second.tar"]  # one file per call, nothing else
+    assert sorted(p.name for p in out.iterdir()) == ["first.tar.gz", "second.tar.gz"]  # one file per call, nothing else
