@@ -18,7 +18,7 @@ import torch
 from kvcache_bench.engine.decoders import decode_many, one_by_one, shared_context, shared_contexts_together
 from kvcache_bench.engine.greedy import Decoding
 from kvcache_bench.engine.layer_masks import LAYER_MASKS_KWARG, per_layer_masks
-from kvcache_bench.engine.layer_types import GLOBAL, SLIDING, attach, layer_types_of
+from kvcache_bench.engine.layer_types import GLOBAL, SLIDING, SlidingLayers, attach, layer_types_of
 from kvcache_bench.engine.layered_cache import new_cache
 from kvcache_bench.engine.prefill import prefill, pressed_and_trailing
 from kvcache_bench.engine.slot_positions import KeptPositions
@@ -443,3 +443,25 @@ def test_every_press_that_runs_decodes_alike_at_decode_batch_1_and_32(setting, m
             assert path.effective_decode_batch_size == len(batch)
             answers.append([generation.token_ids for generation in generations])
     assert answers[0] == answers[1]
+
+
+def test_bytes_held_count_what_each_layer_type_holds():
+    # A 4,000-token context on Gemma 3 270M's pattern (15 sliding layers of 512, 3 global), half kept by the press:
+    # the global layers hold 2,000 slots each, each window the last 511 positions whatever the press; the full cache
+    # for the same prompt holds 4,000 in the global layers and 511 in each window (keep), every position in every
+    # layer (compress).
+    from kvcache_bench.engine.cell_runner import bytes_held
+    from kvcache_bench.engine.greedy import Generation
+    from kvcache_bench.engine.layer_types import LayerTypes
+
+    kinds = tuple(([SLIDING] * 5 + [GLOBAL]) * 3)
+    slot = 18 * 2 * 1 * 256 * 2  # bytes of one token in all 18 layers: K and V, one head of 256, bf16
+    for setting, sliding_kept, full_windows in (("keep", 511, 511), ("compress", 2000, 4000)):
+        layer_types = LayerTypes(kinds, 512, SlidingLayers(setting))
+        generation = Generation([1], 4010, 2000.0, 0.0, 4000, kept_by_layer_type={GLOBAL: 2000.0, SLIDING: sliding_kept})
+        held = bytes_held(generation, layer_types, slot, slot)
+        per_layer = slot / 18
+        assert held["kv_bytes_held_by_layer_type"] == {
+            GLOBAL: round(2000 * 3 * per_layer), SLIDING: round(sliding_kept * 15 * per_layer)}
+        assert held["kv_bytes_held"] == sum(held["kv_bytes_held_by_layer_type"].values())
+        assert held["kv_bytes_uncompressed"] == round((3 * 4000 + 15 * full_windows) * per_layer)
