@@ -82,3 +82,51 @@ def test_a_folder_the_workflow_makes_is_left_to_its_job(tmp_path):
     short_context_canary(tmp_path / "results/models" / name, positions=64)
     config["models"][name]["max_context_tokens"] = 4096
     assert not [p for p in study_config_problems(config, tmp_path) if "max_context_tokens" in p]
+
+
+@pytest.fixture(scope="module")
+def short_canary(tmp_path_factory) -> str:
+    return str(short_context_canary(tmp_path_factory.mktemp("model") / "short-canary"))
+
+
+@pytest.fixture(scope="module")
+def long_rows():
+    from kvcache_bench.data.longbench import normalise_rows
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+
+    rows = make_synthetic_rows(2, seed=3, min_words=300, max_words=400, questions_per_document=1)
+    return normalise_rows(rows, "synthetic_qa", None)
+
+
+def run_cell_on(model_path: str, rows, max_context_tokens: int) -> list[dict]:
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
+    from kvcache_bench.study.cell import CellRun
+
+    settings = ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=max_context_tokens)
+    run = CellRun(task="synthetic_qa", model_settings=settings, method="full_cache", retention=1.0,
+                  question_mode="question_aware", max_new_tokens=8, seed=0)
+    return list(run_cell(rows, run, progress=False))
+
+
+def test_a_prompt_past_the_trained_context_is_cut_as_longbench_cuts_and_the_record_says_which_limit(short_canary, long_rows):
+    records = run_cell_on(short_canary, long_rows, max_context_tokens=64)
+    for record in records:
+        assert record["original_prompt_tokens"] > 300  # the rows are long: before, all of it ran
+        assert record["truncated"] and record["truncated_by"] == "model_context"
+        assert record["prompt_tokens"] + 8 <= 64  # the prompt and its 8-token answer fit the 64 positions
+        assert record["prompt_tokens"] >= 48  # cut to fit, not to a sliver
+        assert (record["model_context_tokens"], record["model_context_source"]) == (64, "max_position_embeddings")
+    # a tighter max_context_tokens cuts first, and is named
+    tighter = run_cell_on(short_canary, long_rows, max_context_tokens=32)
+    assert all(r["truncated_by"] == "max_context_tokens" and r["prompt_tokens"] <= 32 for r in tighter)
+
+
+def test_the_job_refuses_max_context_tokens_above_the_loaded_models_context_naming_both(short_canary, long_rows):
+    """What a made model (build, from_package) meets: its folder is not read at parse, so its job holds the check."""
+    with pytest.raises(ValueError) as refused:
+        run_cell_on(short_canary, long_rows, max_context_tokens=4096)
+    assert str(refused.value).startswith(
+        f"max_context_tokens is 4096, but the config of the model at {short_canary!r} gives the model 64 positions "
+        "(max_position_embeddings)"
+    )
