@@ -17,6 +17,7 @@ from pathlib import Path
 from kvcache_bench.methods.custom import custom_method_problems, known_names
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
 from kvcache_bench.study.context_limits import context_setting_problem, longest_answer, model_context
+from kvcache_bench.study.input_bounds import data_file_problem
 from kvcache_bench.study.model_folders import model_folder_problems, tokenizer_folder_problems
 from kvcache_bench.study.packaged_files import packaged_model_problems
 from kvcache_bench.study.press_values import method_kwargs_value_problems
@@ -137,9 +138,14 @@ def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> l
             continue
         for task in dataset["tasks"]:
             try:
-                local_source_files(task, str(where), dataset.get("data_dir"))
+                files = local_source_files(task, str(where), dataset.get("data_dir"))
             except DatasetUnavailableError as error:
                 problems.append(f"datasets.{name}.local_path: {error}")
+                continue
+            # by size alone, before the DAG hashes the file (a param of its data job) or the data job reads it
+            for problem in filter(None, map(data_file_problem, files)):
+                if f"datasets.{name}.local_path: {problem}" not in problems:  # RULER's tasks share their files
+                    problems.append(f"datasets.{name}.local_path: {problem}")
     return problems
 
 
