@@ -130,3 +130,19 @@ def test_the_job_refuses_max_context_tokens_above_the_loaded_models_context_nami
         f"max_context_tokens is 4096, but the config of the model at {short_canary!r} gives the model 64 positions "
         "(max_position_embeddings)"
     )
+
+
+def test_kvpress_pipeline_engine_refuses_a_prompt_it_would_run_past_the_trained_context(short_canary, long_rows):
+    """kvpress's pipeline keeps the first max_context_tokens context tokens and puts the question and the answer after
+    them; cut otherwise it would not be kvpress's pipeline, so what would not fit is refused before any example."""
+    from kvcache_bench.engine.kvpress_pipeline import run_cell_on_kvpress_pipeline
+    from kvcache_bench.engine.loading import ModelSettings
+    from kvcache_bench.study.cell import CellRun
+
+    settings = ModelSettings(path=short_canary, dtype="float32", device="cpu", max_context_tokens=56)
+    run = CellRun(task="synthetic_qa", model_settings=settings, method="full_cache", retention=1.0,
+                  question_mode="question_agnostic", max_new_tokens=8, seed=0)
+    with pytest.raises(ValueError, match=r"kvpress's pipeline would read \d+ positions \(its first 56 context tokens, "
+                                         r"then the question, the answer prefix and 8 answer tokens\), but the config of "
+                                         r"the model at .* gives the model 64 \(max_position_embeddings\)"):
+        list(run_cell_on_kvpress_pipeline(long_rows, run))
