@@ -127,7 +127,8 @@ def test_the_job_refuses_max_context_tokens_above_the_loaded_models_context_nami
     with pytest.raises(ValueError) as refused:
         run_cell_on(short_canary, long_rows, max_context_tokens=4096)
     assert str(refused.value).startswith(
-        f"max_context_tokens is 4096, but the config of the model at {short_canary!r} gives the model 64 positions "
+        f"models.<name>.max_context_tokens is 4096, but the config of the model at {short_canary!r} gives the model 64 "
+        "positions "
         "(max_position_embeddings)"
     )
 

@@ -320,7 +320,7 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     context = model_context(generator.decoding.model.config.to_dict())
     if context is not None and (
         problem := context_setting_problem(
-            "max_context_tokens",
+            "models.<name>.max_context_tokens",
             limit,
             context,
             f"the config of the model at {run.model_settings.path!r}",

@@ -151,7 +151,7 @@ def refuse_past_the_model_context(pipe, rows: list[dict], run: CellRun) -> None:
         return
     settings, where = run.model_settings, f"the config of the model at {run.model_settings.path!r}"
     if problem := context_setting_problem(
-        "max_context_tokens", settings.max_context_tokens, context, where, run.max_new_tokens, run.task
+        "models.<name>.max_context_tokens", settings.max_context_tokens, context, where, run.max_new_tokens, run.task
     ):
         raise ValueError(problem)
     for row in rows:
