@@ -549,10 +549,29 @@ def supervise(arguments: list[str]) -> None:
     sys.exit(child.returncode)
 
 
+class StoppedBySignal(SystemExit):
+    """A worker asked to end (SIGTERM): it leaves through its ``finally`` with exit status 0, as before; a cell it
+    was running fails with this, naming the signal, rather than with a bare ``SystemExit: 0``."""
+
+    def __init__(self, number: int):
+        super().__init__(0)
+        self.number = number
+
+    def __str__(self) -> str:
+        return (
+            f"model worker {os.getpid()} was stopped by signal {self.number} ({signal.Signals(self.number).name}): "
+            "something asked it to end (a scheduler ending the job, a shutdown, a kill)"
+        )
+
+
+def _stopped(number, _frame):
+    raise StoppedBySignal(number)
+
+
 if __name__ == "__main__" and sys.argv[1] == SUPERVISE:
     supervise(sys.argv[2:])
 elif __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through `finally`: socket removed, manifest written
+    signal.signal(signal.SIGTERM, _stopped)  # leave through `finally`: socket removed, manifest written
     # A cell whose client left is stopped by _thread.interrupt_main, which is a SIGINT: a worker started from a job of
     # a Snakemake run under nohup or `&` inherits SIGINT ignored, and the interrupt did nothing (the cell ran on and
     # wrote its outputs after its job was killed). Python's own handler, whatever was inherited.
