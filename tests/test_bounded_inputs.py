@@ -103,6 +103,14 @@ def test_a_number_list_typed_on_the_command_line_is_named_with_what_to_write_ins
 # 1 byte: 32 MB on disk, written in a fraction of a second) is enough to show the refusal.
 
 GOOD_ROW = {"input": "what is it?", "context": "a long document " * 20, "answers": ["it"], "length": 60, "_id": "r0"}
+# The bounds as the docs state them (kvcache_bench/study/input_bounds.py holds them; the test below says they agree)
+MAX_ROW_BYTES, MAX_DATA_FILE_BYTES = 32 * 2**20, 4 * 2**30
+
+
+def test_the_bounds_are_the_documented_ones():
+    from kvcache_bench.study import input_bounds
+
+    assert (input_bounds.MAX_ROW_BYTES, input_bounds.MAX_DATA_FILE_BYTES) == (MAX_ROW_BYTES, MAX_DATA_FILE_BYTES)
 
 
 def _row_of_bytes(size: int, **fields) -> bytes:
@@ -119,7 +127,6 @@ def _local_rows(path, *lines: bytes):
 
 def test_a_row_just_past_its_bound_is_refused_naming_file_line_size_and_bound(tmp_path):
     from kvcache_bench.data.longbench import DataRowError, load_longbench_rows
-    from kvcache_bench.study.input_bounds import MAX_ROW_BYTES
 
     path = _local_rows(tmp_path / "qasper.jsonl", json.dumps(GOOD_ROW).encode(), _row_of_bytes(MAX_ROW_BYTES + 1, _id="r1"))
     started = time.monotonic()
@@ -135,7 +142,6 @@ def test_a_row_just_past_its_bound_is_refused_naming_file_line_size_and_bound(tm
 
 def test_a_row_at_its_bound_is_read(tmp_path):
     from kvcache_bench.data.longbench import load_longbench_rows, normalise_rows
-    from kvcache_bench.study.input_bounds import MAX_ROW_BYTES
 
     path = _local_rows(tmp_path / "qasper.jsonl", _row_of_bytes(MAX_ROW_BYTES))
     [row] = normalise_rows(load_longbench_rows("qasper", local_path=str(path)), "qasper", None)
@@ -147,7 +153,6 @@ def test_a_parquet_rows_text_past_its_bound_is_refused_naming_file_and_row(tmp_p
     import pandas as pd
 
     from kvcache_bench.data.longbench import DataRowError, load_longbench_rows, normalise_rows
-    from kvcache_bench.study.input_bounds import MAX_ROW_BYTES
 
     path = tmp_path / "qasper.parquet"
     pd.DataFrame([GOOD_ROW, {**GOOD_ROW, "_id": "r1", "context": "é" * (MAX_ROW_BYTES // 2)}]).to_parquet(path)
@@ -161,7 +166,6 @@ def test_a_data_file_past_its_bound_is_refused_at_parse_by_its_size(tmp_path):
     """A sparse file: 4 GiB + 1 byte by its size, none of it on disk; the parse refuses it before hashing it."""
     from kvcache_bench.data.longbench import DataRowError, read_local_jsonl_rows
     from kvcache_bench.study.config_checks import study_config_problems
-    from kvcache_bench.study.input_bounds import MAX_DATA_FILE_BYTES
 
     path = tmp_path / "qasper.jsonl"
     with open(path, "wb") as handle:
@@ -182,7 +186,6 @@ def test_a_data_file_past_its_bound_is_refused_at_parse_by_its_size(tmp_path):
 def test_a_workflow_with_an_oversized_row_stops_in_its_data_job_before_any_model_loads(tmp_path):
     from conftest import copy_workflow
 
-    from kvcache_bench.study.input_bounds import MAX_ROW_BYTES
 
     workdir = copy_workflow(tmp_path / "workflow")
     data = _local_rows(tmp_path / "qasper.jsonl", json.dumps(GOOD_ROW).encode(), _row_of_bytes(MAX_ROW_BYTES + 1, _id="r1"))
