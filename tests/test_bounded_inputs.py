@@ -1,9 +1,11 @@
 """Inputs that cannot be meant are refused at once, naming the setting: a YAML alias bomb, retentions that make
-unreadable paths, seeds no generator takes, counts past any study's size (issue 27's crashes and hangs)."""
+unreadable paths, seeds no generator takes, counts past any study's size (issue 27's crashes and hangs); data rows and
+files past their bounds, naming the file, the line, the size and the bound (issue 51)."""
 
 from __future__ import annotations
 
 import copy
+import json
 import time
 
 import pytest
@@ -93,3 +95,108 @@ def test_a_number_list_typed_on_the_command_line_is_named_with_what_to_write_ins
         refuse_numbers_as_text({"decode_batch_sizes": ["1", "32"]}, schema)
     # text where the schema takes text, and numbers where it takes numbers, pass
     refuse_numbers_as_text({"methods": ["full_cache", "snapkv"], "retentions": [0.25], "seed": "7"}, schema)
+
+
+# ------------------------------------------------------------------ data rows and files (issue 51, case 5)
+# Before: a local JSONL with one 200 MB row passed the data job, and a model worker tokenising it was killed by the
+# kernel at 11.6 GB, 287 s later, the job saying only that its worker had died. A row just past the bound (32 MiB +
+# 1 byte: 32 MB on disk, written in a fraction of a second) is enough to show the refusal.
+
+GOOD_ROW = {"input": "what is it?", "context": "a long document " * 20, "answers": ["it"], "length": 60, "_id": "r0"}
+# The bounds as the docs state them (kvcache_bench/study/input_bounds.py holds them; the test below says they agree)
+MAX_ROW_BYTES, MAX_DATA_FILE_BYTES = 32 * 2**20, 4 * 2**30
+
+
+def test_the_bounds_are_the_documented_ones():
+    from kvcache_bench.study import input_bounds
+
+    assert (input_bounds.MAX_ROW_BYTES, input_bounds.MAX_DATA_FILE_BYTES) == (MAX_ROW_BYTES, MAX_DATA_FILE_BYTES)
+
+
+def _row_of_bytes(size: int, **fields) -> bytes:
+    """A row whose JSONL line is exactly ``size`` bytes (its context padded with ASCII)."""
+    row = {**GOOD_ROW, **fields, "context": ""}
+    padding = size - len(json.dumps(row).encode())
+    return json.dumps({**row, "context": "x" * padding}).encode()
+
+
+def _local_rows(path, *lines: bytes):
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def test_a_row_just_past_its_bound_is_refused_naming_file_line_size_and_bound(tmp_path):
+    from kvcache_bench.data.longbench import DataRowError, load_longbench_rows
+
+    path = _local_rows(tmp_path / "qasper.jsonl", json.dumps(GOOD_ROW).encode(), _row_of_bytes(MAX_ROW_BYTES + 1, _id="r1"))
+    started = time.monotonic()
+    with pytest.raises(DataRowError) as refused:
+        load_longbench_rows("qasper", local_path=str(path))
+    assert str(refused.value).startswith(
+        f"{path}, line 2: the row (its JSONL line) is 33,554,433 bytes (32.0 MiB); a row may be at most 33,554,432 "
+        "bytes (32.0 MiB, kvcache_bench/study/input_bounds.py"
+    )
+    assert "Shorten or remove the row" in str(refused.value)
+    assert time.monotonic() - started < 5  # measured in blocks, never parsed
+
+
+def test_a_row_at_its_bound_is_read(tmp_path):
+    from kvcache_bench.data.longbench import load_longbench_rows, normalise_rows
+
+    path = _local_rows(tmp_path / "qasper.jsonl", _row_of_bytes(MAX_ROW_BYTES))
+    [row] = normalise_rows(load_longbench_rows("qasper", local_path=str(path)), "qasper", None)
+    assert len(row["context"]) > 33_000_000
+
+
+def test_a_parquet_rows_text_past_its_bound_is_refused_naming_file_and_row(tmp_path):
+    """Parquet is read by datasets whole, so its rows are measured after loading, before anything is written."""
+    import pandas as pd
+
+    from kvcache_bench.data.longbench import DataRowError, load_longbench_rows, normalise_rows
+
+    path = tmp_path / "qasper.parquet"
+    pd.DataFrame([GOOD_ROW, {**GOOD_ROW, "_id": "r1", "context": "é" * (MAX_ROW_BYTES // 2)}]).to_parquet(path)
+    with pytest.raises(DataRowError) as refused:
+        normalise_rows(load_longbench_rows("qasper", local_path=str(path)), "qasper", None)
+    # 16 Mi two-byte characters of context, and the question, the reference and the id: 11 + 2 + 2 bytes
+    assert f"{path}, row 2: the row's text is 33,554,447 bytes (32.0 MiB); a row may be at most 33,554,432" in str(refused.value)
+
+
+def test_a_data_file_past_its_bound_is_refused_at_parse_by_its_size(tmp_path):
+    """A sparse file: 4 GiB + 1 byte by its size, none of it on disk; the parse refuses it before hashing it."""
+    from kvcache_bench.data.longbench import DataRowError, read_local_jsonl_rows
+    from kvcache_bench.study.config_checks import study_config_problems
+
+    path = tmp_path / "qasper.jsonl"
+    with open(path, "wb") as handle:
+        handle.truncate(MAX_DATA_FILE_BYTES + 1)
+    config = _demo()
+    config["datasets"] = {"mine": {"source": "local", "local_path": str(path), "tasks": ["qasper"]}}
+    started = time.monotonic()
+    [problem] = study_config_problems(config, REPO)
+    assert problem.startswith(
+        f"datasets.mine.local_path: {path} is 4,294,967,297 bytes (4.00 GiB); a data file may be at most "
+        "4,294,967,296 bytes (4.00 GiB, kvcache_bench/study/input_bounds.py"
+    )
+    with pytest.raises(DataRowError, match="is 4,294,967,297 bytes"):  # the data job, run by hand, says the same
+        read_local_jsonl_rows(path)
+    assert time.monotonic() - started < 1
+
+
+def test_a_workflow_with_an_oversized_row_stops_in_its_data_job_before_any_model_loads(tmp_path):
+    from conftest import copy_workflow
+
+
+    workdir = copy_workflow(tmp_path / "workflow")
+    data = _local_rows(tmp_path / "qasper.jsonl", json.dumps(GOOD_ROW).encode(), _row_of_bytes(MAX_ROW_BYTES + 1, _id="r1"))
+    config = _demo()
+    config.pop("perf")
+    config.update(methods=["full_cache"], retentions=[0.5], question_modes=["question_aware"], batch_size_overrides={})
+    config["datasets"] = {"mine": {"source": "local", "local_path": str(data), "tasks": ["qasper"]}}
+    (workdir / "config/case.yaml").write_text(yaml.safe_dump(config))
+    result = run_snakemake(workdir, "--cores", "1", "--configfile", "config/case.yaml", timeout=300)
+    assert result.returncode != 0
+    log = (workdir / "logs/download_dataset/mine/qasper.log").read_text()
+    assert f"{data}, line 2: the row (its JSONL line) is 33,554,433 bytes" in log
+    assert not (workdir / "results/data/mine/qasper.jsonl").exists()
+    assert not (workdir / "results/predictions").exists() and not (workdir / "logs/model_workers").exists()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -166,3 +167,47 @@ def test_a_job_killed_mid_cell_writes_nothing_and_its_worker_leaves(tmp_path, ro
     (manifest,) = tmp_path.glob("logs/model_workers/*.manifest.json")
     assert _gone(json.loads(manifest.read_text())["worker"]["pid"], within=60)
     assert not (tmp_path / "killed.jsonl").exists()
+
+
+def test_a_worker_killed_by_sigkill_fails_its_job_saying_so_and_what_usually_sends_it(tmp_path, rows):
+    """Issue 51: the kernel's OOM killer ended a worker holding 11.6 GB, and its job said only "the model worker
+    running this cell died". A SIGKILL from this test stands in for the OOM killer: nothing inside the worker can
+    catch either, so what the job says comes from the worker's supervisor, its parent."""
+    write_jsonl_atomic(rows, make_synthetic_rows(300, seed=5, min_words=200, max_words=300))
+    write_manifest(rows, {"rows": "300 synthetic rows"})
+    client = subprocess.Popen(_client_command(tmp_path, "oom", _params("snapkv", 0.5, True)), cwd=tmp_path, env=ENV,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "oom.log"
+    deadline = time.monotonic() + 300
+    while "method=snapkv" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.2)  # the worker is running the cell
+    (manifest,) = tmp_path.glob("logs/model_workers/*.manifest.json")
+    os.kill(json.loads(manifest.read_text())["worker"]["pid"], signal.SIGKILL)
+    _, stderr = client.communicate(timeout=120)
+    assert client.returncode != 0 and not (tmp_path / "oom.jsonl").exists()
+    assert "running this cell died: it was killed by signal 9 (SIGKILL), which no process can catch or log." in stderr
+    assert "The kernel's out-of-memory killer is its usual sender" in stderr
+    assert re.search(r"Its resident memory peaked at \d+\.\d\d GiB \(VmHWM", stderr)  # what it held, last read
+    # where the cgroup's counter is readable, it tells this kill (no OOM) from the kernel's
+    record = json.loads(next(tmp_path.glob("logs/model_workers/*.log.exit.json")).read_text())
+    if record["oom_kills"] is not None:
+        assert record["oom_kills"] == 0 and "Its cgroup counted no out-of-memory kill while it ran" in stderr
+
+
+EXITS = [
+    ("the OOM killer, counted by the cgroup", {"returncode": -9, "peak_rss_bytes": 11.6 * 2**30, "oom_kills": 1,
+     "cgroup_events": "/sys/fs/cgroup/job/memory.events", "cgroup_limit_bytes": 12 * 2**30},
+     "Its resident memory peaked at 11.60 GiB (VmHWM, read every 0.5 s while it ran). Its cgroup counted 1 "
+     "out-of-memory kill(s) while it ran (/sys/fs/cgroup/job/memory.events; its memory limit 12.00 GiB): the OOM "
+     "killer ended it."),
+    ("a segfault", {"returncode": -11}, "it was ended by signal 11 (SIGSEGV): a crash in native code"),
+    ("a scheduler's stop", {"returncode": -15}, "it was stopped by signal 15 (SIGTERM): something asked it to end"),
+    ("an exit status", {"returncode": 1, "peak_rss_bytes": 2**30}, "it exited with status 1. Its resident memory peaked at 1.00 GiB"),
+]
+
+
+@pytest.mark.parametrize("case, record, told", EXITS, ids=[c[0] for c in EXITS])
+def test_why_a_worker_ended_is_told_from_its_supervisors_record(case, record, told):
+    from kvcache_bench.runtime.worker import describe_exit
+
+    assert told in describe_exit(record)

@@ -118,7 +118,13 @@ def load_kvpress_rows(
     """``task``'s rows of benchmark ``source`` in LongBench's schema (with kvpress's answer_prefix kept)."""
     import datasets
 
-    from kvcache_bench.data.longbench import ROW_SOURCE, DataRowError, _load_from_hub, read_local_jsonl_rows
+    from kvcache_bench.data.longbench import (
+        ROW_SOURCE,
+        DataRowError,
+        _load_from_hub,
+        read_local_jsonl_rows,
+        refuse_oversized_file,
+    )
 
     benchmark = BENCHMARKS[source]
     if task not in benchmark.data_dirs:
@@ -129,6 +135,7 @@ def load_kvpress_rows(
             if file.endswith(".jsonl"):
                 records += read_local_jsonl_rows(file)
             else:
+                refuse_oversized_file(file)  # by its size, before datasets reads it
                 loaded = datasets.load_dataset("parquet", data_files={split: [file]}, split=split)
                 records += [{**row, ROW_SOURCE: f"{file}, row {i}"} for i, row in enumerate(loaded, start=1)]
     else:

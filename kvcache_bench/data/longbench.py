@@ -12,6 +12,13 @@ import os
 from pathlib import Path
 
 from kvcache_bench.files import JsonlError, numbered_jsonl, sha256_of
+from kvcache_bench.study.input_bounds import (
+    MAX_ROW_BYTES,
+    data_file_problem,
+    oversized_jsonl_line,
+    row_size_problem,
+    row_text_bytes,
+)
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN
 from kvcache_bench.study.question_modes import contexts_with_several_questions, questions_by_context
 from kvcache_bench.study.sources import DatasetUnavailableError, local_data_files, local_ruler_files
@@ -74,6 +81,7 @@ def load_longbench_rows(
         else:
             rows = []
             for file in files:
+                refuse_oversized_file(file)
                 loaded = datasets.load_dataset(builder, data_files={split: [file]}, split=split)
                 rows += [{**row, ROW_SOURCE: f"{file}, row {index}"} for index, row in enumerate(loaded, start=1)]
         if not rows:
@@ -89,8 +97,21 @@ def load_longbench_rows(
     return rows
 
 
+def refuse_oversized_file(path: str | Path) -> None:
+    """A local data file past its bound (``study.input_bounds``) is refused by its size, before it is read."""
+    if problem := data_file_problem(path):
+        raise DataRowError(problem)
+
+
 def read_local_jsonl_rows(path: str | Path) -> list[dict]:
-    """A local JSONL file's rows, each carrying its file and 1-based line; a broken line names both."""
+    """A local JSONL file's rows, each carrying its file and 1-based line; a broken line names both.
+
+    The file's size and each line's length are measured first, without holding a line: a row past its bound
+    (``study.input_bounds``) is refused by its file and line before anything of it is parsed."""
+    refuse_oversized_file(path)
+    if oversized := oversized_jsonl_line(path):
+        number, size = oversized
+        raise DataRowError(f"{path}, line {number}: " + row_size_problem(size, "the row (its JSONL line)"))
     rows = []
     try:
         for number, row in numbered_jsonl(path):
@@ -143,6 +164,8 @@ def load_ruler_rows(
 
     if local_path:
         files = local_ruler_files(local_path, data_dir)
+        for file in files:
+            refuse_oversized_file(file)
         loaded = datasets.load_dataset("parquet", data_files={split: files}, split=split)
     elif not data_dir:
         raise DatasetUnavailableError(
@@ -187,6 +210,9 @@ def row_problems(row: dict, task: str) -> list[str]:
     from kvcache_bench.study.prompts import PROMPTS
 
     problems = []
+    # a parquet or hub row (a JSONL line past the bound was refused as it was read): its text, as the prompt takes it
+    if (size := row_text_bytes({k: v for k, v in row.items() if k != ROW_SOURCE})) > MAX_ROW_BYTES:
+        problems.append(row_size_problem(size, "the row's text"))
     asks_question = "{input}" in PROMPTS[task]
     if asks_question and not _is_text(row.get("input")):
         state = "missing" if "input" not in row else f"empty or not text ({row['input']!r})"

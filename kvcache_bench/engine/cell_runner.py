@@ -31,8 +31,9 @@ from kvcache_bench.methods.registry import (
 )
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import check_setting
+from kvcache_bench.study.context_limits import context_setting_problem, model_context
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
-from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, row_prompt_tokens, vocabulary_problem
+from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, prompt_within_context, vocabulary_problem
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, stop_rule
 from kvcache_bench.study.question_modes import QuestionMode, other_questions
 
@@ -180,6 +181,7 @@ def prediction_record(row: dict, prompt: PromptTokens, generation: Generation, a
         "kept_context_slots": context_slots,
         "generated_tokens": len(generation.token_ids),
         "truncated": prompt.truncated,
+        "truncated_by": prompt.truncated_by,  # None, max_context_tokens, or model_context (study.context_limits)
         "original_prompt_tokens": prompt.original_tokens,
         "chat_template": prompt.chat_template,
         "held_back_tokens": prompt.held_back_tokens,
@@ -313,7 +315,27 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
         partner = {row["_id"]: row["_id"] for row in rows}
     limit = run.model_settings.max_context_tokens
     chat = run.model_settings.chat_template
-    prompts = [row_prompt_tokens(tokenizer, run.task, row, limit, chat_template=chat) for row in rows]
+    # the positions the model was trained on: a longer max_context_tokens is refused, a prompt that leaves its answer
+    # no room is cut further (study.context_limits; the parse checked a local folder's config.json already)
+    context = model_context(generator.decoding.model.config.to_dict())
+    if context is not None and (
+        problem := context_setting_problem(
+            "models.<name>.max_context_tokens",
+            limit,
+            context,
+            f"the config of the model at {run.model_settings.path!r}",
+            run.max_new_tokens,
+            run.task,
+        )
+    ):
+        raise ValueError(problem)
+    trained = context.tokens if context is not None else None
+    prompts = [
+        prompt_within_context(
+            tokenizer, run.task, row, limit, model_context=trained, answer_tokens=run.max_new_tokens, chat_template=chat
+        )
+        for row in rows
+    ]
     vocabulary = generator.decoding.model.get_input_embeddings().num_embeddings
     ids = [str(row.get("_id")) for row in rows]
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
@@ -350,12 +372,22 @@ def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float
     )
 
 
+def model_context_record(model) -> dict:
+    context = model_context(model.config.to_dict())
+    return {
+        "model_context_tokens": context.tokens if context else None,
+        "model_context_source": context.source if context else None,
+    }
+
+
 def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_seconds: float) -> dict:
     """The fields every record of the cell shares: how it was generated."""
     strategy = generator.strategy
     return {
         "kv_cache_bits": get_method(run.method, run.custom_methods).kv_cache_bits,
         "max_context_tokens": run.model_settings.max_context_tokens,
+        # the positions the model's config says it was trained on, and the field that says so (None: it names none)
+        **model_context_record(generator.decoding.model),
         "warmup_seconds": warmup_seconds,
         "decode_steps": decode_mode(generator.decoding.model) if strategy in DECODED_TOGETHER else "eager",
         "attention_plans": plans_mode(generator.decoding.model),  # cuDNN's per-length set-up: timed or not

@@ -27,6 +27,7 @@ from kvcache_bench.engine.loading import LoadedModel, loaded_with_attention, syn
 from kvcache_bench.engine.warm_ups import warm_up_kind, warm_up_once
 from kvcache_bench.methods.registry import attention_implementation_for, build_press, cache_factory_for, get_method
 from kvcache_bench.study.cell import CellRun
+from kvcache_bench.study.context_limits import context_setting_problem, model_context
 from kvcache_bench.study.prompts import split_prompt
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ def run_cell_on_kvpress_pipeline(
         synchronize(device)
         return output["answer"], cache, time.perf_counter() - started
 
+    refuse_past_the_model_context(pipe, rows, run)
     warmup_seconds = (
         warm_up_once(model, warm_up_kind(KVPRESS_PIPELINE, press), lambda: answer(rows[0])) if rows else 0.0
     )
@@ -137,6 +139,35 @@ def run_cell_on_kvpress_pipeline(
             "compressed_while_decoding": presses_while_decoding(press) is not None,
             "stop_rule": STOP_RULE,
         }
+
+
+def refuse_past_the_model_context(pipe, rows: list[dict], run: CellRun) -> None:
+    """Before any example: a prompt kvpress's pipeline would run past the positions the model was trained on is
+    refused, not cut (``study.context_limits``). The pipeline keeps the first ``max_context_tokens`` context tokens
+    and adds the question, the answer prefix and the answer after them; cutting its prompt otherwise would no longer
+    be kvpress's pipeline, which this engine exists to run as it is."""
+    context = model_context(pipe.model.config.to_dict())
+    if context is None:
+        return
+    settings, where = run.model_settings, f"the config of the model at {run.model_settings.path!r}"
+    if problem := context_setting_problem(
+        "models.<name>.max_context_tokens", settings.max_context_tokens, context, where, run.max_new_tokens, run.task
+    ):
+        raise ValueError(problem)
+    for row in rows:
+        text, question = pipeline_inputs(run.task, row, run.question_mode)
+        tokens = pipe.preprocess(text, [question], row.get("answer_prefix") or "", NO_LIMIT)
+        kept = min(int(tokens["context_ids"].shape[1]), settings.max_context_tokens)
+        positions = kept + int(tokens["questions_ids"][0].shape[1]) + run.max_new_tokens
+        if positions > context.tokens:
+            raise ValueError(
+                f"example {row['_id']!r}: kvpress's pipeline would read {positions} positions (its first {kept} "
+                f"context tokens, then the question, the answer prefix and {run.max_new_tokens} answer tokens), but "
+                f"{where} gives the model {context.tokens} ({context.source}). The pipeline cuts only the context's "
+                "tail, so lower models.<name>.max_context_tokens until the rest fits, or run the model on this "
+                "project's engine (engine: kvcache_bench), which cuts each prompt in its middle to fit, as LongBench "
+                "does."
+            )
 
 
 def token_counts(tokens: dict, cache, max_context_tokens: int) -> dict:

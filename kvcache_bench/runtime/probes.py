@@ -25,7 +25,8 @@ from kvcache_bench.engine.loading import stop_token_ids
 from kvcache_bench.engine.prefill import press_context
 from kvcache_bench.methods.registry import build_press
 from kvcache_bench.study.cell import CellRun
-from kvcache_bench.study.prompt_tokens import row_prompt_tokens
+from kvcache_bench.study.context_limits import model_context
+from kvcache_bench.study.prompt_tokens import prompt_within_context
 from kvcache_bench.study.question_modes import QuestionMode
 
 
@@ -44,8 +45,18 @@ def attention_sink_report(
 ) -> dict:
     """Per-layer attention on position 0, averaged over ``rows``' prompts (as the engine builds them)."""
     per_row, lengths = [], []
+    trained = (context := model_context(model.config.to_dict())) and context.tokens
     for row in rows:
-        prompt = row_prompt_tokens(tokenizer, task, row, max_context_tokens, chat_template=chat_template)
+        # no answer is generated: the prompt alone must fit the positions the model was trained on
+        prompt = prompt_within_context(
+            tokenizer,
+            task,
+            row,
+            max_context_tokens,
+            model_context=trained,
+            answer_tokens=0,
+            chat_template=chat_template,
+        )
         per_row.append(attention_on_first_position(model, prompt.context_ids + prompt.question_ids))
         lengths.append(prompt.length)
     layers = len(per_row[0])
@@ -118,7 +129,19 @@ def padding_effect(model, tokenizer, rows: list[dict], run: CellRun) -> dict:
     max_new_tokens, method_kwargs, seed = run.max_new_tokens, run.method_kwargs, run.seed
     max_context_tokens = run.model_settings.max_context_tokens
     chat = run.model_settings.chat_template
-    prompts = [row_prompt_tokens(tokenizer, task, r, max_context_tokens, chat_template=chat) for r in rows]
+    trained = (context := model_context(model.config.to_dict())) and context.tokens
+    prompts = [
+        prompt_within_context(
+            tokenizer,
+            task,
+            r,
+            max_context_tokens,
+            model_context=trained,
+            answer_tokens=max_new_tokens,
+            chat_template=chat,
+        )
+        for r in rows
+    ]
     stop_ids = stop_token_ids(model, tokenizer)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 

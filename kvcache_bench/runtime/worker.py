@@ -20,9 +20,13 @@ every cell of its model (Snakemake 9.27.1, dag.py: only an existing ``ancient`` 
 service output never exists between runs). See docs/model-workers.md.
 
 Failures: a cell that fails is reported to its job with the worker's traceback, and the worker leaves (the
-next cell starts a fresh one); a worker that dies fails its job naming its log; a client that is killed
-stops its cell before anything is written; a worker leaves when its Snakemake run has ended (killed or not)
-or after ``IDLE_SECONDS`` idle. Jobs run by a cluster scheduler keep their own process (``applies_to``).
+next cell starts a fresh one); a worker that dies fails its job naming its log, and why it died: each worker runs
+under a small supervisor (``supervise``, no torch) that is its parent, sees its exit status, samples its peak
+memory while it runs and reads its cgroup's OOM-kill count, so a worker ended by a signal (the kernel's
+out-of-memory killer sends SIGKILL, which nothing inside the worker can catch or log) is named as such; a client
+that is killed stops its cell before anything is written; a worker leaves when its Snakemake run has ended
+(killed or not) or after ``IDLE_SECONDS`` idle. Jobs run by a cluster scheduler keep their own process
+(``applies_to``).
 """
 
 from __future__ import annotations
@@ -188,6 +192,7 @@ def _stop_other_worker_on_gpu(gpu: str, key: str) -> None:
 
 
 def _start_worker(address: str, log_path: Path, settings: dict, owner: int, threads: int) -> subprocess.Popen:
+    """The worker's supervisor (which starts the worker as its child): the process this returns."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "a") as log:
         # its own session: a Snakemake that stops this job's process group leaves the worker to the next cell
@@ -196,6 +201,7 @@ def _start_worker(address: str, log_path: Path, settings: dict, owner: int, thre
                 sys.executable,
                 "-m",
                 "kvcache_bench.runtime.worker",
+                SUPERVISE,
                 address,
                 str(log_path),
                 json.dumps(settings),
@@ -221,14 +227,17 @@ def _connect(address: str, log_path: Path, start) -> socket.socket:
         except (FileNotFoundError, ConnectionRefusedError):
             connection.close()
         if worker is None:
-            worker = start()
+            worker, started = start(), time.time()
         elif worker.poll() is not None:
+            ended = worker_exit(log_path, since=started, wait=0)  # the supervisor wrote it before it exited
+            why = f"; {describe_exit(ended)}" if ended else ""
             raise RuntimeError(
-                f"the model worker exited while loading (exit status {worker.returncode}); "
+                f"the model worker exited while loading (exit status {worker.returncode}){why}; "
                 f"its log {log_path} ends:\n{_tail(log_path)}"
             )
         if time.monotonic() > deadline:
-            worker.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGKILL)  # the supervisor and the worker it started: one session
             raise TimeoutError(
                 f"the model worker did not start in {START_TIMEOUT_SECONDS} s; "
                 f"its log {log_path} ends:\n{_tail(log_path)}"
@@ -261,13 +270,19 @@ def run_in_worker(job, entered, work: str = "generate", attention: str | None = 
     start = lambda: _start_worker(address, log_path, settings, owner, int(job.threads))  # noqa: E731
     request = {"job": _job_as_dict(job), "data": entered.data, "work": work}
     with _connect(address, log_path, start) as connection:
+        sent = time.time()
         _send(connection, request)
         accepted = _receive(connection)
         reply = _receive(connection) if accepted is not None else None
     for handle in held:
         handle.close()
     if reply is None:
-        raise RuntimeError(f"the model worker running this cell died (its log {log_path} ends):\n{_tail(log_path)}")
+        ended = worker_exit(log_path, since=sent)
+        why = f": {describe_exit(ended)}" if ended else " (its supervisor wrote no exit record)"
+        pid = f" {accepted['pid']}" if accepted and accepted.get("pid") else ""
+        raise RuntimeError(
+            f"the model worker{pid} running this cell died{why}\nIts log {log_path} ends:\n{_tail(log_path)}"
+        )
     if not reply["ok"]:
         raise RuntimeError(f"the cell failed in its model worker ({log_path}):\n{reply['error']}")
     logging.getLogger("kvcache_bench").info("ran in model worker %s (log %s)", reply["worker"]["pid"], log_path)
@@ -304,7 +319,7 @@ def _serve_one(connection: socket.socket, loaded, facts: dict) -> bool:
     request = _receive(connection)
     if request is None:
         return True
-    _send(connection, {"accepted": True})
+    _send(connection, {"accepted": True, "pid": os.getpid()})
     cell = _Cell(connection)
     job = ScriptJob(**request["job"])
     module, function = WORK[request.get("work", "generate")]
@@ -389,8 +404,174 @@ def serve(
         write_manifest(log_path, settings, None, extra={"worker": facts})
 
 
-if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # leave through `finally`: socket removed, manifest written
+# ----------------------------------------------------------------------------- the supervisor: why a worker died
+
+SUPERVISE = "--supervise"
+SAMPLE_SECONDS = 0.5
+EXIT_RECORD_WAIT_SECONDS = 10.0
+
+
+def exit_record_path(log_path: Path) -> Path:
+    return Path(f"{log_path}.exit.json")
+
+
+def _peak_memory(pid: int) -> int | None:
+    """The process's peak resident memory so far (VmHWM, bytes), or None once it is gone."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def _cgroup_memory() -> tuple[str | None, int | None, int | None]:
+    """(the file this process's memory cgroup counts OOM kills in, its count, its memory limit in bytes): cgroup
+    v2's memory.events and memory.max, or v1's memory.oom_control and memory.limit_in_bytes; Nones where unreadable."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            number, controllers, path = line.split(":", 2)
+            if number == "0" and not controllers:
+                folder, events, limit = Path("/sys/fs/cgroup" + path), "memory.events", "memory.max"
+            elif "memory" in controllers.split(","):
+                folder, events, limit = (
+                    Path("/sys/fs/cgroup/memory" + path),
+                    "memory.oom_control",
+                    "memory.limit_in_bytes",
+                )
+            else:
+                continue
+            if not (folder / events).is_file():
+                continue
+            counts = dict(item.split() for item in (folder / events).read_text().splitlines() if item.strip())
+            raw = (folder / limit).read_text().strip() if (folder / limit).is_file() else "max"
+            bound = int(raw) if raw.isdigit() and int(raw) < 2**60 else None  # v1 writes "no limit" as ~2**63
+            return str(folder / events), int(counts["oom_kill"]), bound
+    return None, None, None
+
+
+def _gib(size: int) -> str:
+    return f"{size / 2**30:.2f} GiB"
+
+
+def describe_exit(record: dict) -> str:
+    """Why a worker ended, from its supervisor's record: the signal and what usually sends it, its peak memory, and
+    what its cgroup counted."""
+    from kvcache_bench.study.input_bounds import BOUNDS_FILE, MAX_ROW_BYTES
+
+    code, peak = record["returncode"], record.get("peak_rss_bytes")
+    held = (
+        f" Its resident memory peaked at {_gib(peak)} (VmHWM, read every {SAMPLE_SECONDS} s while it ran)."
+        if peak
+        else ""
+    )
+    if code >= 0:
+        return f"it exited with status {code}.{held}"
+    number = -code
+    name = signal.Signals(number).name if number in signal.valid_signals() else f"signal {number}"
+    if number == signal.SIGKILL:
+        kills, events, limit = record.get("oom_kills"), record.get("cgroup_events"), record.get("cgroup_limit_bytes")
+        where = f"({events}{f'; its memory limit {_gib(limit)}' if limit else ''})"
+        if kills:
+            cgroup = f" Its cgroup counted {kills} out-of-memory kill(s) while it ran {where}: the OOM killer ended it."
+        elif kills == 0:
+            cgroup = (
+                f" Its cgroup counted no out-of-memory kill while it ran {where}, so another process sent it (kill -9, "
+                "a scheduler's time or memory limit)."
+            )
+        else:
+            cgroup = ""
+        return (
+            f"it was killed by signal {number} ({name}), which no process can catch or log. The kernel's "
+            "out-of-memory killer is its usual sender: it kills the process holding the most memory when the machine, "
+            f"or the job's memory limit, runs out.{held}{cgroup} If memory ran out, look at what the cell holds: its "
+            f"rows' lengths (at most {MAX_ROW_BYTES // 2**20} MiB each, {BOUNDS_FILE}), its prompts' tokens "
+            "(models.<name>.max_context_tokens) and its decode batch (decode_batch_sizes)."
+        )
+    if number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        return f"it was stopped by signal {number} ({name}): something asked it to end (a scheduler, a shutdown).{held}"
+    return (
+        f"it was ended by signal {number} ({name}): a crash in native code (torch, a CUDA driver), unless another "
+        f"process sent it.{held}"
+    )
+
+
+def worker_exit(log_path: Path, since: float, wait: float = EXIT_RECORD_WAIT_SECONDS) -> dict | None:
+    """The supervisor's record of a worker that ended after ``since`` (epoch seconds), waiting up to ``wait`` s for
+    it (the client sees the connection close a moment before the supervisor sees the exit)."""
+    deadline = time.monotonic() + wait
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(exit_record_path(log_path).read_text())
+            if record["ended_at"] >= since - 1:
+                return record
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.1)
+
+
+def supervise(arguments: list[str]) -> None:
+    """Start the worker as a child and stay its parent: on its exit, write why it ended (``exit_record_path``, and a
+    line in its log), then end as it did. Imports nothing heavy; forwards SIGTERM and SIGINT to it."""
+    from kvcache_bench.files import write_json_atomic
+
+    log_path = Path(arguments[1])
+    events, kills_before, limit = _cgroup_memory()
+    child = subprocess.Popen(
+        [sys.executable, "-m", "kvcache_bench.runtime.worker", *arguments], stdin=subprocess.DEVNULL
+    )
+    for forwarded in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(forwarded, lambda number, _: child.send_signal(number))
+    peak = None
+    while True:
+        peak = _peak_memory(child.pid) or peak  # VmHWM only grows: the last reading is the best
+        try:
+            child.wait(timeout=SAMPLE_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+    _, kills_after, _ = _cgroup_memory()
+    record = {
+        "pid": child.pid,
+        "returncode": child.returncode,
+        "ended_at": time.time(),
+        "peak_rss_bytes": peak,
+        "cgroup_events": events,
+        "oom_kills": kills_after - kills_before if None not in (kills_before, kills_after) else None,
+        "cgroup_limit_bytes": limit,
+    }
+    write_json_atomic(exit_record_path(log_path), record)  # for the client whose cell it was running
+    if child.returncode != 0:
+        print(f"model worker {child.pid} ended: {describe_exit(record)}", flush=True)
+    if child.returncode < 0:  # end as the worker did, so the supervisor's own parent sees the same status
+        if -child.returncode != signal.SIGKILL:
+            signal.signal(-child.returncode, signal.SIG_DFL)
+        os.kill(os.getpid(), -child.returncode)
+    sys.exit(child.returncode)
+
+
+class StoppedBySignal(SystemExit):
+    """A worker asked to end (SIGTERM): it leaves through its ``finally`` with exit status 0, as before; a cell it
+    was running fails with this, naming the signal, rather than with a bare ``SystemExit: 0``."""
+
+    def __init__(self, number: int):
+        super().__init__(0)
+        self.number = number
+
+    def __str__(self) -> str:
+        return (
+            f"model worker {os.getpid()} was stopped by signal {self.number} ({signal.Signals(self.number).name}): "
+            "something asked it to end (a scheduler ending the job, a shutdown, a kill)"
+        )
+
+
+def _stopped(number, _frame):
+    raise StoppedBySignal(number)
+
+
+if __name__ == "__main__" and sys.argv[1] == SUPERVISE:
+    supervise(sys.argv[2:])
+elif __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stopped)  # leave through `finally`: socket removed, manifest written
     # A cell whose client left is stopped by _thread.interrupt_main, which is a SIGINT: a worker started from a job of
     # a Snakemake run under nohup or `&` inherits SIGINT ignored, and the interrupt did nothing (the cell ran on and
     # wrote its outputs after its job was killed). Python's own handler, whatever was inherited.

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from kvcache_bench.methods.custom import custom_method_problems, known_names
 from kvcache_bench.study.cells import RETENTION_WILDCARD, retention_label  # noqa: F401  (the one home of path labels)
+from kvcache_bench.study.context_limits import context_setting_problem, longest_answer, model_context
+from kvcache_bench.study.input_bounds import data_file_problem
 from kvcache_bench.study.model_folders import model_folder_problems, tokenizer_folder_problems
 from kvcache_bench.study.packaged_files import packaged_model_problems
 from kvcache_bench.study.press_values import method_kwargs_value_problems
@@ -136,9 +138,14 @@ def dataset_path_problems(datasets: dict, workdir: str | os.PathLike = ".") -> l
             continue
         for task in dataset["tasks"]:
             try:
-                local_source_files(task, str(where), dataset.get("data_dir"))
+                files = local_source_files(task, str(where), dataset.get("data_dir"))
             except DatasetUnavailableError as error:
                 problems.append(f"datasets.{name}.local_path: {error}")
+                continue
+            # by size alone, before the DAG hashes the file (a param of its data job) or the data job reads it
+            for problem in filter(None, map(data_file_problem, files)):
+                if f"datasets.{name}.local_path: {problem}" not in problems:  # RULER's tasks share their files
+                    problems.append(f"datasets.{name}.local_path: {problem}")
     return problems
 
 
@@ -192,6 +199,39 @@ def per_task_map_problems(config: dict) -> list[str]:
     return [problem for problem in problems if problem]
 
 
+def model_context_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
+    """``max_context_tokens`` past the positions a local model folder's config.json says it was trained on
+    (``study.context_limits``). A folder the workflow makes (build, from_package) is not read here: it does not
+    exist at a first parse, and at a later one it may be a stale copy its rule is about to remake; the job that
+    loads it holds the same check against the model it loaded."""
+    made = {
+        settings["path"]
+        for settings in config["models"].values()
+        if settings.get("build") or settings.get("from_package")
+    }
+    answer_tokens, task = longest_answer(config)
+    problems = []
+    for name, settings in config["models"].items():
+        path, limit = settings["path"], settings.get("max_context_tokens")
+        folder = Path(os.path.expanduser(path))
+        config_file = (folder if folder.is_absolute() else Path(workdir, folder)) / "config.json"
+        if path in made or limit is None or not config_file.is_file() or json_file_problem(config_file):
+            continue  # a hub id is checked by its job; a broken config.json is named by model_path_problems
+        context = model_context(json.loads(config_file.read_text(encoding="utf-8")))
+        if context is not None and (
+            problem := context_setting_problem(
+                f"models.{name}.max_context_tokens",
+                limit,
+                context,
+                f"{os.path.join(path, 'config.json')}",
+                answer_tokens,
+                task,
+            )
+        ):
+            problems.append(problem)
+    return problems
+
+
 MADE_MODELS_DIR = "results/models"
 
 
@@ -220,6 +260,7 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
         method_kwargs_problems(config)
         + custom_method_problems(config, workdir)
         + model_path_problems(config["models"], workdir)
+        + model_context_problems(config, workdir)
         + made_model_path_problems(config["models"])
         + packaged_model_problems(config["models"], workdir)
         + dataset_path_problems(config["datasets"], workdir)

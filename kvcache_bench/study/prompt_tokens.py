@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import weakref
 from collections import OrderedDict
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 from kvcache_bench.study.prompts import (
     KVPRESS_PIPELINE_PROMPT_TASKS,
@@ -22,6 +22,8 @@ from kvcache_bench.study.prompts import (
     RAW_PROMPT_TASKS,
     split_prompt,
 )
+
+MAX_CONTEXT_TOKENS, MODEL_CONTEXT = "max_context_tokens", "model_context"  # a record's truncated_by
 
 
 @dataclass(frozen=True)
@@ -37,10 +39,15 @@ class PromptTokens:
     # "<|im_end|>\n<|im_start|>assistant\n") and RULER's answer prefix. kvpress's pipeline runs them after
     # compressing; pressed, a press could evict the very header the model answers from.
     held_back_tokens: int = 0
+    # which limit cut the prompt: "max_context_tokens" (the study's setting, LongBench's max_length) or
+    # "model_context" (the model's trained positions less the answer's max_new_tokens: prompt_within_context)
+    truncated_by: str | None = None
 
     def __post_init__(self):
         if self.original_tokens is None:
             object.__setattr__(self, "original_tokens", self.length)
+        if self.truncated and self.truncated_by is None:
+            object.__setattr__(self, "truncated_by", MAX_CONTEXT_TOKENS)
 
     @property
     def length(self) -> int:
@@ -228,6 +235,42 @@ def row_prompt_tokens(
     while memo.tokens > PROMPT_MEMO_TOKENS and len(memo) > 1:
         memo.tokens -= memo.popitem(last=False)[1].length
     return prompt
+
+
+def prompt_within_context(
+    tokenizer,
+    task: str,
+    row: dict,
+    max_context_tokens: int,
+    *,
+    model_context: int | None,
+    answer_tokens: int,
+    chat_template: bool = True,
+) -> PromptTokens:
+    """``row_prompt_tokens`` under two limits: ``max_context_tokens`` (LongBench's max_length, on the raw prompt) and
+    the model's trained positions ``model_context`` less the ``answer_tokens`` its answer may take.
+
+    LongBench cuts the raw prompt, and the chat template, the held-back suffix and a re-encoding of the cut text
+    then add tokens, so the prompt as prefilled is measured: while it and its answer do not fit, the raw limit is
+    lowered by the excess and the prompt built again (once, most often), cut in its middle as LongBench cuts.
+    ``truncated_by`` then says ``model_context``. None for ``model_context``: the model's config names no length.
+    """
+    prompt = row_prompt_tokens(tokenizer, task, row, max_context_tokens, chat_template=chat_template)
+    if model_context is None:
+        return prompt
+    room, limit, cut = model_context - answer_tokens, max_context_tokens, False
+    while prompt.length > room:
+        # LongBench keeps int(limit / 2) tokens at each end: a limit below 2 would keep the whole prompt ([-0:])
+        limit = min(limit, prompt.original_tokens) - (prompt.length - room)
+        if limit < 2:
+            raise ValueError(
+                f"example {row.get('_id')!r}: the model has {model_context} positions and its answer may take "
+                f"{answer_tokens} (max_new_tokens), which leaves {room} for the prompt, but what the chat template "
+                f"and the answer prefix add to any text already takes more. Lower generation.max_new_tokens for task "
+                f"{task}, or use a model trained on a longer context."
+            )
+        prompt, cut = row_prompt_tokens(tokenizer, task, row, limit, chat_template=chat_template), True
+    return replace(prompt, truncated_by=MODEL_CONTEXT) if cut else prompt
 
 
 def vocabulary_problem(
