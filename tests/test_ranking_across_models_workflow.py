@@ -40,7 +40,7 @@ def test_the_rule_ranks_the_declared_comparisons_from_the_committed_tables(tmp_p
         assert sorted(manifest["inputs"]) == sorted(
             f"reference/{run}/tables/{table}.csv"
             for run in ("h200-smollm2-ruler-at-50", "h200-smollm2-ruler-at-25", "h200-smollm2-ruler-at-10",
-                        "h200-smollm2-needle", "h100-gemma3-ruler-4k-r50-partial")
+                        "h200-smollm2-needle", "h100-gemma3-ruler-4k-r50")
             for table in ("summary", "per_example"))
     correlations = pd.read_csv(results / "ranking_across_models.csv")
     presses = pd.read_csv(results / "ranking_across_models_presses.csv")
