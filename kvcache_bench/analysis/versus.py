@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvcache_bench.escaping import rst_text, script_safe
 from kvcache_bench.methods.registry import METHODS, method_label
 
 if TYPE_CHECKING:
@@ -51,6 +52,16 @@ def default_highlight(methods, custom_methods: dict | None) -> list[str]:
     """``figures.highlight`` when unset: the full cache and every custom press of the study."""
     custom = set(custom_methods or {})
     return [BASELINE_METHOD] + [m for m in methods if m in custom and m != BASELINE_METHOD]
+
+
+def highlight_caption(labels: dict[str, str]) -> dict:
+    """What a figure's report caption (report/*.rst, ``snakemake.params.report_caption.highlight``) names as drawn
+    bold: ``{"highlight": "Full cache, Value norm"}``, each label literal in reStructuredText. Snakemake renders a
+    caption with Jinja, then docutils: a label put there as it is was markup ('*d*' emphasis, 'javascript:alert(1)' a
+    link, and '.. include:: /etc/hostname' on a line of its own put that file into the report). A dict, not a str:
+    Snakemake formats a str param with the wildcards, and a '{' in a label would be read as one; a ``script_safe``
+    one, since the report also shows it among the job's params (rules/common.smk)."""
+    return script_safe({"highlight": ", ".join(rst_text(label) for label in labels.values())})
 
 
 def primary_mode(frame: pd.DataFrame) -> str | None:
