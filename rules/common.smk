@@ -27,8 +27,8 @@ from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.study.sliding_layers import sliding_layers_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
-from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean, method_label
-from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight, highlight_caption
+from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean
+from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight, highlight_caption, label_of
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
 from kvcache_bench.runtime.gpus import detected_gpu_count
@@ -155,12 +155,12 @@ def highlighted_methods():
     ]
     if unknown:  # a typo would silently highlight nothing
         raise StudyConfigError("\n".join(unknown))
-    return script_safe({name: method_label(name, config["custom_methods"]) for name in names})
+    return script_safe({name: label_of(name, config["custom_methods"]) for name in names})
 
 
 def custom_labels():
     """How tables and legends name the config's custom presses (their `label`); built-ins name themselves."""
-    return script_safe({name: method_label(name, config["custom_methods"]) for name in config["custom_methods"]})
+    return script_safe({name: label_of(name, config["custom_methods"]) for name in config["custom_methods"]})
 
 
 # A label is the user's text, and a rule's params reach `snakemake --report`'s report.html twice:

@@ -40,12 +40,22 @@ def labeller(frame: pd.DataFrame | None = None, labels: dict[str, str] | None = 
     catalogue's (committed tables made before labels were a column)."""
     labels = dict(labels or {})
     if frame is not None and "label" in frame:
-        labels.update({m: text for m, text in zip(frame["method"], frame["label"]) if isinstance(text, str) and text})
+        labels.update({m: text for m, text in zip(frame["method"], frame["label"]) if isinstance(text, str)})
+    # a blank label (spaces, a newline) left the method's cell in every table empty: such a method goes by its name
+    labels = {method: text for method, text in labels.items() if text and text.strip()}
 
     def label(method: str) -> str:
         return labels.get(method) or method_label(method)
 
     return label
+
+
+def label_of(name: str, custom_methods: dict | None) -> str:
+    """How tables, legends and captions name a method: its label (a custom press's ``label``), or its name when
+    that label is blank. Here, not in the registry: the registry is part of every generate job's code hash, and a
+    label is no part of a prediction."""
+    label = method_label(name, custom_methods)
+    return label if label.strip() else name
 
 
 def default_highlight(methods, custom_methods: dict | None) -> list[str]:

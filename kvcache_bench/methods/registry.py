@@ -52,11 +52,9 @@ def custom_specs(custom_methods: dict | None) -> dict[str, MethodSpec]:
             constructions = [spec.construction for spec in inner_specs]
             kwargs[field_name] = constructions if field_name in ("presses", "__positional__") else constructions[0]
         construction = Construction(settings["press"], kwargs)
-        label = settings.get("label")
         specs[name] = MethodSpec(
             name,
-            # a blank label (spaces, a newline) once left the method's cell in every table empty: its name instead
-            label if label and label.strip() else name,
+            settings.get("label") or name,
             construction,
             CUSTOM,
             takes_retention=settings.get("takes_retention", True),
