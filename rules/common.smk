@@ -11,6 +11,7 @@ import sys
 sys.path.insert(0, workflow.basedir)
 
 from kvcache_bench.code_hash import package_code_hash
+from kvcache_bench.escaping import script_safe
 from kvcache_bench.workflow import export_package_path
 
 # Jobs import the checkout's package (also inside --use-conda envs, and on cluster nodes, which parse
@@ -26,8 +27,8 @@ from kvcache_bench.study.cell_checks import Cell, problems_of
 from kvcache_bench.study.sliding_layers import sliding_layers_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
-from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean, method_label
-from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight
+from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean
+from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight, highlight_caption, label_of
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
 from kvcache_bench.runtime.gpus import detected_gpu_count
@@ -144,7 +145,7 @@ if len({cell["method"] for cell in STUDY_CELLS} - {"full_cache"}) > ALL_IN_COLOU
 def highlighted_methods():
     """What every figure draws bold, on the same axes as the strongest and the classic baselines:
     figures.highlight, else the full cache and every custom press of the study; {method: its label}, for the
-    figures (a committed table may have no label column) and their report captions."""
+    figures (a committed table may have no label column); their report captions read figure_caption()."""
     names = list(config["figures"]["highlight"]) or default_highlight(config["methods"], config["custom_methods"])
     known = list(METHODS) + list(config["custom_methods"])
     unknown = [
@@ -154,12 +155,26 @@ def highlighted_methods():
     ]
     if unknown:  # a typo would silently highlight nothing
         raise StudyConfigError("\n".join(unknown))
-    return {name: method_label(name, config["custom_methods"]) for name in names}
+    return script_safe({name: label_of(name, config["custom_methods"]) for name in names})
 
 
 def custom_labels():
     """How tables and legends name the config's custom presses (their `label`); built-ins name themselves."""
-    return {name: method_label(name, config["custom_methods"]) for name in config["custom_methods"]}
+    return script_safe({name: label_of(name, config["custom_methods"]) for name in config["custom_methods"]})
+
+
+# A label is the user's text, and a rule's params reach `snakemake --report`'s report.html twice:
+# - as text, f"{name}={value}", inside its <script id="results"> element, where a label's '</script>' ended the
+#   element and the rest ran as the page's HTML (docs/hostile-cases.md). script_safe's dicts keep the labels as
+#   written (the jobs, their manifests, legends and tables need them) and write '<', '>' and '&' in their text as
+#   '\x3c'-style escapes: the same Python literal, no '<'. An ordinary label's text is unchanged, so a finished
+#   study reruns nothing.
+# - in a figure's caption (report/*.rst), rendered as reStructuredText: captions read figure_caption(), each
+#   label escaped for it on one line (analysis.versus.highlight_caption), never the labels themselves.
+# Wildcards need neither: a name is [A-Za-z0-9._-] (the schema, wildcard_constraints above).
+def figure_caption():
+    """The text a figure's report caption reads (report/*.rst: snakemake.params.report_caption)."""
+    return highlight_caption(highlighted_methods())
 
 
 def table_files():
@@ -187,7 +202,8 @@ def prediction_only_cells():
 def not_run_cells():
     """The refused cells and why, for the tables: a missing cell is listed, never silently absent."""
     typed = [study.typed_cell(cell) for cell in REFUSED_CELLS]
-    return [dict(target=Cell(**cell).target, problems=cell_problems(cell)) for cell in typed]
+    # a refusal quotes a custom press's label or a press's own error: text the report embeds (highlight_caption)
+    return script_safe([dict(target=Cell(**cell).target, problems=cell_problems(cell)) for cell in typed])
 
 
 # ----------------------------------------------------------------------------- blocks rules share

@@ -18,6 +18,7 @@ rule figure_quality_vs_retention:
         title="Answer quality vs KV cache kept",
         band_alpha=0.15,
         highlight=highlighted_methods(),
+        report_caption=figure_caption(),
         strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_quality_vs_retention.py"
@@ -39,6 +40,7 @@ rule figure_quality_by_family:
         title="Answer quality vs KV cache kept: every method, one panel per family",
         band_alpha=0.15,
         highlight=highlighted_methods(),
+        report_caption=figure_caption(),
     script:
         "../scripts/figure_quality_by_family.py"
 
@@ -58,6 +60,7 @@ rule figure_paired_scatter:
         title="Per example: method vs full cache",
         point_alpha=0.5,
         highlight=highlighted_methods(),
+        report_caption=figure_caption(),
         strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_paired_scatter.py"
@@ -98,6 +101,7 @@ rule figure_question_change:
         seed=SEED,
         n_resamples=config["analysis"]["bootstrap_resamples"],
         highlight=highlighted_methods(),
+        report_caption=figure_caption(),
         strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_question_change.py"

@@ -25,7 +25,6 @@ from kvcache_bench.analysis.ranking_across_models import (
     Side,
     compare,
     compare_all,
-    escape_markdown,
     kendall_tau_b,
     parse_comparisons,
     ranking_across_models_markdown,
@@ -34,6 +33,7 @@ from kvcache_bench.analysis.ranking_across_models import (
     runs_of,
     spearman_rho,
 )
+from kvcache_bench.escaping import markdown_text
 
 pytestmark = pytest.mark.unit
 
@@ -329,7 +329,7 @@ def test_labels_are_escaped_so_the_tables_keep_their_columns():
     assert row.startswith("| A\\|B \\*bold\\* \\<b\\>x\\</b\\> \\[link\\](y) \\`c\\` | 40.00 | 1 |")
     unescaped_bars = [line.replace("\\|", "").count("|") for line in markdown.splitlines() if line.startswith("| ")]
     assert set(unescaped_bars) == {7, 8}  # 6 columns per press table, 7 per correlation table: no cell split
-    assert escape_markdown("a\nb\\c") == "a b\\\\c"
+    assert markdown_text("a\nb\\c") == "a b\\\\c"
 
 
 # ----------------------------------------------------------------------------- the committed runs (smoke test)

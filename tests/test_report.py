@@ -1,17 +1,23 @@
 """The report a reader opens, and rebuilding one figure: both on a copy of the checkout, after the demo."""
 
+import html
 import json
 import os
 import re
 import shutil
 import subprocess
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from conftest import copy_workflow, run_snakemake
 from matplotlib.image import imread
+from test_escaping import raw_html, shown, tables_of
+
+from kvcache_bench.escaping import one_line
 
 FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
 TABLES = ["summary.csv", "per_example.csv", "ranking.md"]
@@ -71,17 +77,25 @@ def screenshot(html: Path, png: Path, profile: Path) -> np.ndarray:
     return imread(png)[..., :3]
 
 
-def showing(report_html: str, figure_path: str) -> str:
-    """The report, opened on one figure the way its eye button does (app.setView with the embedded data)."""
+def opened(report_html: str, call: str) -> str:
+    """The report, running ``call`` (JavaScript of its app) once it has loaded, as a click would."""
     script = (
         "<script>window.addEventListener('load', function () { setTimeout(function () {"
-        f"app.setView({{content: 'img', contentPath: results[{json.dumps(figure_path)}].data_uri, "
-        f"resultPath: {json.dumps(figure_path)}}}); }}, 200); }});</script>"
+        f"{call}; }}, 200); }});</script>"
     )
     # only the page's own closing tag: the embedded JS libraries contain "</body>" in strings
     head, tag, tail = report_html.rpartition("</body>")
     assert tag, "report has no </body>"
     return head + script + tag + tail
+
+
+def showing(report_html: str, figure_path: str) -> str:
+    """The report, opened on one figure the way its eye button does (app.setView with the embedded data)."""
+    return opened(
+        report_html,
+        f"app.setView({{content: 'img', contentPath: results[{json.dumps(figure_path)}].data_uri, "
+        f"resultPath: {json.dumps(figure_path)}}})",
+    )
 
 
 @pytest.mark.slow
@@ -154,3 +168,87 @@ def test_refused_cells_never_reach_the_table(tmp_path):
     assert "results/scores/synthetic/synthetic_qa/canary/full_cache/question_aware/retention-1.00_batch-2_decode-1.jsonl" in table_inputs
     assert not [path for path in table_inputs if "/snapkv/" in path and path.endswith("_batch-2_decode-1.jsonl")]
     assert [path for path in table_inputs if "/snapkv/" in path and path.endswith("_batch-1_decode-1.jsonl")]
+
+
+# Issue 51: a custom press's label went raw into report.html's <script id="results"> (its jobs' params); its
+# '</script>' ended that element and both payloads ran in headless Chromium. This one also carries what a caption
+# (reStructuredText) and a Markdown table read as syntax, and a directive that once put a file into the report.
+INCLUDED = "INCLUDED-FILE-CONTENT-7f3a"
+
+
+def hostile_label(secret: Path) -> str:
+    return (
+        "</script><script>document.documentElement.dataset.pwnedScript=1</script>"
+        "<img src=x onerror=document.documentElement.dataset.pwnedImg=1> a|b `c` *d* $x$ {w} "
+        f"[x](javascript:alert(3)) & javascript:alert(4)\n\n.. include:: {secret}\n\n_e_"
+    )
+
+
+@pytest.fixture(scope="module")
+def hostile_report(demo_run, tmp_path_factory) -> tuple[Path, str]:
+    """The finished demo plus one custom press under a hostile label (one cell: SnapKV and the full cache are the
+    demo's), run and reported as a user would; the report and the label."""
+    workdir = copy_with_results(demo_run, tmp_path_factory.mktemp("hostile") / "workflow")
+    secret = workdir.parent / "secret.txt"
+    secret.write_text(INCLUDED + "\n")
+    label = hostile_label(secret)
+    config = yaml.safe_load((workdir / "config" / "demo.yaml").read_text())
+    config.update(
+        methods=["full_cache", "snapkv", "mine"],
+        retentions=[0.5],
+        question_modes=["question_aware"],
+        custom_methods={"mine": {"press": "presses/value_norm.py:ValueNormPress", "kwargs": {"n_sink": 2}, "label": label}},
+    )
+    (workdir / "config" / "hostile.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+    # the outputs whose jobs' params and captions carry the label (the aggregate's, ranking's and a highlighting
+    # figure's); the other figures' jobs would add time, not cases
+    targets = ["results/tables/ranking.md", "results/figures/quality_vs_retention.png"]
+    run_snakemake(workdir, *targets, "--cores", "2", "--configfile", "config/hostile.yaml", check=True)
+    run_snakemake(workdir, *targets, "--report", "results/report.html", "--configfile", "config/hostile.yaml", check=True)
+    return workdir / "results" / "report.html", label
+
+
+@pytest.mark.slow
+def test_a_hostile_label_runs_no_script_and_adds_no_element_to_the_report_in_chromium(hostile_report, tmp_path):
+    report, label = hostile_report
+    text = report.read_text()
+    views = {
+        "home": "void 0",  # where the issue's payloads ran: the page's own parse
+        # the figure's caption (HTML the app sets as innerHTML) and its job's params, as its info button shows them
+        "figure info": "app.showResultInfo('results/figures/quality_vs_retention.png')",
+    }
+    for name, call in views.items():
+        page = tmp_path / f"{name.replace(' ', '-')}.html"
+        page.write_text(opened(text, call))
+        dom = rendered_dom(page, tmp_path / f"profile-{name.replace(' ', '-')}")
+        root = re.search(r"<html[^>]*>", dom).group(0)
+        assert "data-pwned" not in root, f"{name}: the label's script ran ({root})"
+        assert '<img src="x"' not in dom, f"{name}: the label's <img> is an element of the page"
+        assert INCLUDED not in dom, f"{name}: a file the label named is in the report"
+        assert 'href="javascript:alert' not in dom, f"{name}: the label made a javascript: link"
+        if name == "figure info":
+            # the caption names the highlighted methods, the label as typed on one line
+            assert f"Drawn bold: Full cache, {html.escape(one_line(label), quote=False)} (" in dom
+    results = embedded_results(text)  # its <script id="results"> is whole: the label closed nothing
+    params = {path: result["job_properties"]["params"] for path, result in results.items()}
+    assert "labels={'mine': " in params["results/tables/summary.csv"]  # the aggregate job's, as the issue found it
+    assert [path for path, text in params.items() if re.search("[<>&]", text)] == []
+
+
+@pytest.mark.slow
+def test_a_hostile_label_keeps_the_tables_columns_and_the_figures_svg_plain(hostile_report):
+    report, label = hostile_report
+    tables = report.parent / "tables"
+    for name in ("summary.md", "ranking.md"):
+        markdown = (tables / name).read_text()
+        for table in tables_of(markdown):
+            assert {len(row) for row in table} == {len(table[0])}, f"{name}: a row with other columns than its header"
+        assert not raw_html(markdown), f"{name}: HTML that GitHub would render: {raw_html(markdown)}"
+        shown_methods = [shown(row[table[0].index("method")]) for table in tables_of(markdown) for row in table[1:]]
+        assert one_line(label) in shown_methods, f"{name}: the label is not shown as typed"
+    # the CSV, which the ranking and figures read back, holds the label as written
+    assert label in set(pd.read_csv(tables / "summary.csv")["label"])
+    # the figure's SVG is well-formed XML ('<' and '&' escaped) and holds no element the label spelled out
+    root = ET.parse(report.parent / "figures" / "quality_vs_retention.svg").getroot()
+    names = {element.tag.rsplit("}", 1)[-1] for element in root.iter()}
+    assert not names & {"script", "foreignObject", "iframe", "a", "img"}, names

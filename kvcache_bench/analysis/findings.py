@@ -11,7 +11,13 @@ from __future__ import annotations
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import BASELINE_METHOD, retention_percent
-from kvcache_bench.methods.registry import method_label
+from kvcache_bench.escaping import markdown_text
+from kvcache_bench.methods.registry import method_label as catalogue_label
+
+
+def method_label(name: str) -> str:
+    """The catalogue's label, or a name it does not know as the table wrote it: literal text in README's Markdown."""
+    return markdown_text(catalogue_label(name))
 
 
 def _signed(value: float) -> str:

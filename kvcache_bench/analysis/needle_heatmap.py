@@ -57,8 +57,10 @@ def heatmap_figure(panels: list[tuple[str, list[int], list[int], np.ndarray]], t
         axis.set_yticks(range(len(depths)), [f"{depth}%" for depth in depths])
         axis.set_xlabel("context length (tokens)")
         missing = int(np.isnan(grid).sum())
-        axis.set_title(
-            label + (f"\n({missing} not scored)" if missing else f"\nmean {np.nanmean(grid):.2f}"), fontsize=9
+        axis.set_title(  # a custom press's label drawn as typed: '$x$' is no math (analysis.figures.style)
+            label + (f"\n({missing} not scored)" if missing else f"\nmean {np.nanmean(grid):.2f}"),
+            fontsize=9,
+            parse_math=False,
         )
         for (i, j), value in np.ndenumerate(grid):
             if not np.isnan(value):

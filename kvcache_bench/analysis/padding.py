@@ -17,6 +17,7 @@ import pandas as pd
 
 from kvcache_bench.analysis.aggregate import _interval, _round, bootstrap_mean_ci, retention_percent, rng_for
 from kvcache_bench.analysis.versus import labeller
+from kvcache_bench.escaping import markdown_text
 
 PADDING_COLUMNS = [
     "task",
@@ -87,7 +88,11 @@ def padding_table(report_paths: list[str], seed: int = 0, n_resamples: int = 10_
 
 def padding_markdown(table: pd.DataFrame, labels: dict[str, str] | None = None) -> str:
     """The table for reading; ``labels`` names the config's custom presses (built-ins name themselves)."""
-    label = labeller(labels=labels)
+    raw = labeller(labels=labels)
+
+    def label(method: str) -> str:  # a custom press's label is the user's text: literal in its cell
+        return markdown_text(raw(method))
+
     lines = [
         "# Left padding: each press at batch 1 vs on left-padded batches",
         "",

@@ -22,6 +22,7 @@ from kvcache_bench.analysis.aggregate import (
 )
 from kvcache_bench.analysis.measured import cell_warnings
 from kvcache_bench.analysis.versus import labeller, modes_in_order
+from kvcache_bench.escaping import markdown_text
 from kvcache_bench.methods.catalogue import CUSTOM
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS
 
@@ -89,7 +90,11 @@ def _table(rows: pd.DataFrame, full: pd.Series | None, label) -> list[str]:
 def ranking_markdown(summary: pd.DataFrame, small_n: int = SMALL_N) -> str:
     """The ranking tables people read, from the aggregate summary (``results/tables/summary.csv``), each method
     under its label (a custom press's ``label`` is a column of the summary)."""
-    label = labeller(summary)
+    raw = labeller(summary)
+
+    def label(method: str) -> str:  # the user's text, literal in a table's cell (docs/hostile-cases.md)
+        return markdown_text(raw(method))
+
     lines = ["# Methods ranked at each retention", ""]
     lines.append(
         f"Ranked by mean score (the task's metric x100, {CONFIDENCE:.0%} bootstrap interval); ties share a rank. "

@@ -61,6 +61,7 @@ from kvcache_bench.analysis.aggregate import (
     retention_percent,
 )
 from kvcache_bench.analysis.versus import modes_in_order
+from kvcache_bench.escaping import markdown_text
 from kvcache_bench.manifest import verify_against_manifest
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
 from kvcache_bench.study.question_modes import QUESTION_MODES
@@ -752,17 +753,6 @@ def compare_all(
 
 # ----------------------------------------------------------------------------- Markdown
 
-# What Markdown would read as syntax in user text (a label, a title): emphasis, code, links, HTML and entities,
-# and the table's column bar. Parentheses, '#' and '+' only mean something after these or at a line's start,
-# where no user text stands.
-_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
-
-
-def escape_markdown(text) -> str:
-    """User text (a press's label, a comparison's title) as literal text in Markdown, a table cell included."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", " ".join(str(text).split()))
-
-
 def code(text) -> str:
     """A name (a run, a model, a dataset/task) as a code span, whatever backticks it holds; not for table cells,
     where GitHub reads a '|' even inside one."""
@@ -814,7 +804,7 @@ def correlation_table(correlations: pd.DataFrame) -> list[str]:
     ]
     for _, row in correlations.iterrows():
         lines.append(
-            f"| {escape_markdown(row['comparison'])} | {_setting(row, 'a')} | {_setting(row, 'b')} | "
+            f"| {markdown_text(row['comparison'])} | {_setting(row, 'a')} | {_setting(row, 'b')} | "
             f"{int(row['n_presses'])} | {_full(row)} | "
             f"{_with_interval(row['spearman_rho'], row['spearman_ci_low'], row['spearman_ci_high'])} | "
             f"{_with_interval(row['kendall_tau'], row['kendall_ci_low'], row['kendall_ci_high'])} |"
@@ -845,10 +835,10 @@ def ranking_across_models_markdown(correlations: pd.DataFrame, presses: pd.DataF
     lines += correlation_table(correlations) + [""]
     for name, rows in correlations.groupby("comparison", sort=False):
         first = rows.iloc[0]
-        lines += [f"## {escape_markdown(first['title'])}", ""]
+        lines += [f"## {markdown_text(first['title'])}", ""]
         for letter in SIDES:
             lines.append(
-                f"- **{letter.upper()}**: {escape_markdown(first[f'{letter}_label'])}: model "
+                f"- **{letter.upper()}**: {markdown_text(first[f'{letter}_label'])}: model "
                 f"{code(first[f'{letter}_model'])}, runs {_codes(first[f'{letter}_runs'])}; "
                 f"cells pooled: {_codes(first[f'{letter}_cells'])}"
             )
@@ -871,7 +861,7 @@ def ranking_across_models_markdown(correlations: pd.DataFrame, presses: pd.DataF
             ].sort_values(["a_rank", "b_rank", "method"])
             for _, press in mine.iterrows():
                 lines.append(
-                    f"| {escape_markdown(press['label'])} | {press['a_score']:.2f} | {_rank(press['a_rank'])} | "
+                    f"| {markdown_text(press['label'])} | {press['a_score']:.2f} | {_rank(press['a_rank'])} | "
                     f"{press['b_score']:.2f} | {_rank(press['b_rank'])} | {_change(press['rank_change'])} |"
                 )
             lines.append("")
@@ -882,7 +872,7 @@ def ranking_across_models_markdown(correlations: pd.DataFrame, presses: pd.DataF
                     "side tied (no correlation); the intervals are over the others."
                 )
             if isinstance(row["left_out"], str) and row["left_out"]:
-                notes.append(f"Not ranked (not complete in both): {escape_markdown(row['left_out'])}.")
+                notes.append(f"Not ranked (not complete in both): {markdown_text(row['left_out'])}.")
             if notes:
                 lines += [" ".join(notes), ""]
     return "\n".join(lines)

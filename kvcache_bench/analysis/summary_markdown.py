@@ -22,6 +22,7 @@ from kvcache_bench.analysis.aggregate import (
 )
 from kvcache_bench.analysis.measured import cell_warnings, flagged_cells
 from kvcache_bench.analysis.versus import BASELINE_METHOD, labeller, modes_in_order
+from kvcache_bench.escaping import markdown_text
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS
 
 # What a note flags, and why it is known to happen (the docs that explain it). A flag without a known
@@ -65,11 +66,18 @@ def _modes_apart(at: pd.DataFrame) -> str | None:
     return "apart"
 
 
+def markdown_labeller(summary: pd.DataFrame):
+    """``label(method)`` as literal Markdown: a custom label is the user's text, and a '|', a newline or a
+    ``<script>`` in it must not end a table's cell or row or reach GitHub's renderer as HTML (docs/hostile-cases.md)."""
+    label = labeller(summary)
+    return lambda method: markdown_text(label(method))
+
+
 def summary_notes(summary: pd.DataFrame, label=None) -> list[str]:
     """What a reader should not miss, one line per method and kind: a score that rises as the method keeps less
     (a lower retention's interval wholly above a higher one's), or question modes more than 50 points apart;
     then, once per kind, the known cause and the docs that explain it (or that none is known)."""
-    label = label or labeller(summary)
+    label = label or markdown_labeller(summary)
     frame = _figure_rows(summary)
     frame = frame[(frame["method"] != BASELINE_METHOD) & (frame["retention"] < FULL_RETENTION)]
     notes, kinds = [], []
@@ -198,7 +206,7 @@ def summary_markdown(
     heading each as the reference), then the cells the config asked for that were refused before any job
     (``not_run``: each cell's target and why) and those whose answers are hidden (``predictions_only``: their
     targets), so none is silently missing."""
-    label = labeller(summary)
+    label = markdown_labeller(summary)
     measured = "retention_off" in summary
     lines = ["# Summary", ""]
     lines.append(
@@ -274,7 +282,8 @@ def summary_markdown(
             "| cell | why |",
             "|---|---|",
         ]
-        lines += [f"| `{cell['target']}` | {'; '.join(cell['problems'])} |" for cell in not_run]
+        # a refusal quotes the config (a custom press's label, a press's own error): literal text in its cell
+        lines += [f"| `{cell['target']}` | {markdown_text('; '.join(cell['problems']))} |" for cell in not_run]
         lines.append("")
     if predictions_only:
         lines += [

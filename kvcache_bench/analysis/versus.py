@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kvcache_bench.escaping import rst_text, script_safe
 from kvcache_bench.methods.registry import METHODS, method_label
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def labeller(frame: pd.DataFrame | None = None, labels: dict[str, str] | None = 
     catalogue's (committed tables made before labels were a column)."""
     labels = dict(labels or {})
     if frame is not None and "label" in frame:
-        labels.update({m: text for m, text in zip(frame["method"], frame["label"]) if isinstance(text, str) and text})
+        labels.update({m: text for m, text in zip(frame["method"], frame["label"]) if isinstance(text, str)})
+    # a blank label (spaces, a newline) left the method's cell in every table empty: such a method goes by its name
+    labels = {method: text for method, text in labels.items() if text and text.strip()}
 
     def label(method: str) -> str:
         return labels.get(method) or method_label(method)
@@ -47,10 +50,28 @@ def labeller(frame: pd.DataFrame | None = None, labels: dict[str, str] | None = 
     return label
 
 
+def label_of(name: str, custom_methods: dict | None) -> str:
+    """How tables, legends and captions name a method: its label (a custom press's ``label``), or its name when
+    that label is blank. Here, not in the registry: the registry is part of every generate job's code hash, and a
+    label is no part of a prediction."""
+    label = method_label(name, custom_methods)
+    return label if label.strip() else name
+
+
 def default_highlight(methods, custom_methods: dict | None) -> list[str]:
     """``figures.highlight`` when unset: the full cache and every custom press of the study."""
     custom = set(custom_methods or {})
     return [BASELINE_METHOD] + [m for m in methods if m in custom and m != BASELINE_METHOD]
+
+
+def highlight_caption(labels: dict[str, str]) -> dict:
+    """What a figure's report caption (report/*.rst, ``snakemake.params.report_caption.highlight``) names as drawn
+    bold: ``{"highlight": "Full cache, Value norm"}``, each label literal in reStructuredText. Snakemake renders a
+    caption with Jinja, then docutils: a label put there as it is was markup ('*d*' emphasis, 'javascript:alert(1)' a
+    link, and '.. include:: /etc/hostname' on a line of its own put that file into the report). A dict, not a str:
+    Snakemake formats a str param with the wildcards, and a '{' in a label would be read as one; a ``script_safe``
+    one, since the report also shows it among the job's params (rules/common.smk)."""
+    return script_safe({"highlight": ", ".join(rst_text(label) for label in labels.values())})
 
 
 def primary_mode(frame: pd.DataFrame) -> str | None:

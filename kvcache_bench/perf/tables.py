@@ -96,6 +96,7 @@ def summarize_perf(records: list[dict]):
 
 def markdown_table(summary) -> str:
     """The README's rendering of a perf summary (one hardware only)."""
+    from kvcache_bench.escaping import markdown_text
     from kvcache_bench.methods.registry import METHODS
 
     backend, gpu = require_one_hardware(summary, "the Markdown table")
@@ -113,7 +114,8 @@ def markdown_table(summary) -> str:
         )
 
     for row in summary.to_dict("records"):
-        label = METHODS[row["method"]].label if row["method"] in METHODS else row["method"]
+        # a method the catalogue does not know is named as the config wrote it: literal text in its cell
+        label = markdown_text(METHODS[row["method"]].label if row["method"] in METHODS else row["method"])
         lines.append(
             f"| {int(row['context_tokens'])} | {label} | {row['retention'] * 100:.0f}% | "
             f"{number(row['ttft_s'], 1e3)} | "

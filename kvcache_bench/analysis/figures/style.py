@@ -22,6 +22,10 @@ from kvcache_bench.files import atomic_path
 SMALL_MULTIPLES_ABOVE = ALL_IN_COLOUR_UP_TO  # more methods than this: the versus view, and the family appendix
 PANEL_COLUMNS = 3
 FIGURE_WIDTH_MAX = 15.0  # inches: 2,250 px at SAVE_DPI, under the layout rules' 2,400 with the save padding
+# Text as typed: a custom label is the user's text, and with mathtext on, '$x$' was drawn as a math italic x,
+# '$1 and $2' lost its dollar signs, and '$\frac$' crashed the figure job (ParseSyntaxException). No figure
+# here writes math.
+LITERAL_TEXT = {"text.parse_math": False}
 STYLE = {  # the layout rules' 8 pt floor, everywhere
     "font.size": 9,
     "axes.titlesize": 9,
@@ -31,6 +35,7 @@ STYLE = {  # the layout rules' 8 pt floor, everywhere
     "legend.fontsize": 8,
     "legend.title_fontsize": 8,
     "figure.titlesize": 11,
+    **LITERAL_TEXT,
 }
 
 
