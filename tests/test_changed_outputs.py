@@ -13,6 +13,7 @@ from base64 import urlsafe_b64encode
 
 import pandas as pd
 import pytest
+from conftest import copy_workflow, run_snakemake
 
 from kvcache_bench.analysis.verified import (
     TableIntervalError,
@@ -213,3 +214,29 @@ def test_a_committed_reference_table_is_sent_back_to_git_not_to_a_forcerun_no_ru
     with pytest.raises(ManifestMismatchError, match=r"`git checkout -- reference/run/tables/summary.csv`"):
         read_summary(path)
 
+
+REFERENCE_RUN = "h200-reference-config"
+FIGURE = f"results/reference/{REFERENCE_RUN}/figures/batch_size.png"
+
+
+def test_a_reference_figure_job_refusing_an_edited_table_keeps_the_figure_it_had_made(tmp_path):
+    """A committed run's table is checked by the figure job alone (no parse-time check reads reference/): Snakemake
+    removes a job's outputs when it starts it, and the figure's outputs are update() outputs, so the refused job
+    puts the finished figure back instead of losing it."""
+    workflow = copy_workflow(tmp_path / "workflow", reference_runs=True)
+    run_snakemake(workflow, FIGURE, "--cores", "1", check=True)
+    made = {path: (workflow / path).read_bytes() for path in (FIGURE, FIGURE.replace(".png", ".svg"), f"{FIGURE}.manifest.json")}
+    table = workflow / "reference" / REFERENCE_RUN / "tables" / "summary.csv"
+    lines = table.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    row = lines[1].rstrip("\n").split(",")
+    row[header.index("score")] = str(float(row[header.index("ci_high")]) + 50)  # beyond its interval
+    table.write_text("".join([lines[0], ",".join(row) + "\n", *lines[2:]]))
+    refused = run_snakemake(workflow, FIGURE, "--cores", "1")
+    output = refused.stdout + refused.stderr
+    assert refused.returncode != 0
+    log = (workflow / f"logs/reference/{REFERENCE_RUN}/figures/batch_size.log").read_text()
+    assert f"reference/{REFERENCE_RUN}/tables/summary.csv is not the file its manifest describes" in log
+    assert f"`git checkout -- reference/{REFERENCE_RUN}/tables/summary.csv`" in log
+    assert "Restored previous version of" in output
+    assert {path: (workflow / path).read_bytes() for path in made} == made
