@@ -57,16 +57,29 @@ STUDY = [
     Step(["results/predictions/b.jsonl"], ["results/data/d/t.jsonl"]),
     Step(["results/scores/a.jsonl"], ["results/predictions/a.jsonl"]),
     Step(["results/scores/b.jsonl"], ["results/predictions/b.jsonl"]),
-    Step(["results/tables/summary.csv", "results/tables/per_example.csv"], ["results/scores/a.jsonl", "results/scores/b.jsonl"]),
+    Step(
+        ["results/tables/summary.csv", "results/tables/per_example.csv"],
+        ["results/scores/a.jsonl", "results/scores/b.jsonl"],
+    ),
 ]
 
 
 def test_a_forced_file_exempts_what_is_made_from_it_and_its_jobs_other_outputs_not_what_it_is_made_from():
     remade = remade_by_this_run(STUDY, ["results/predictions/a.jsonl"])
-    assert remade == {"results/predictions/a.jsonl", "results/scores/a.jsonl", "results/tables/summary.csv", "results/tables/per_example.csv"}
+    assert remade == {
+        "results/predictions/a.jsonl",
+        "results/scores/a.jsonl",
+        "results/tables/summary.csv",
+        "results/tables/per_example.csv",
+    }
     # per_example.csv is summary.csv's sibling: forcing one remakes both (one aggregate job)
-    assert remade_by_this_run(STUDY, ["./results/tables/per_example.csv"]) == {"results/tables/summary.csv", "results/tables/per_example.csv"}
-    assert remade_by_this_run(list(reversed(STUDY)), ["results/data/d/t.jsonl"]) == {p for s in STUDY for p in s.outputs}
+    assert remade_by_this_run(STUDY, ["./results/tables/per_example.csv"]) == {
+        "results/tables/summary.csv",
+        "results/tables/per_example.csv",
+    }
+    assert remade_by_this_run(list(reversed(STUDY)), ["results/data/d/t.jsonl"]) == {
+        p for s in STUDY for p in s.outputs
+    }
 
 
 def test_an_edited_score_is_named_with_both_checksums_and_the_command_that_remakes_it(in_tmp):
@@ -87,7 +100,9 @@ def test_an_edited_score_is_named_with_both_checksums_and_the_command_that_remak
     assert "results/scores/a.jsonl" in changed_outputs(STUDY, forced=["results/scores/b.jsonl"])
 
 
-def test_the_hash_is_kept_between_parses_and_an_edit_is_seen_through_it_even_with_its_mtime_set_back(in_tmp, monkeypatch):
+def test_the_hash_is_kept_between_parses_and_an_edit_is_seen_through_it_even_with_its_mtime_set_back(
+    in_tmp, monkeypatch
+):
     """Each parse hashes every output the study reads: a file is read again only when its size, mtime, inode or
     ctime moved, so an unchanged study reads none of them twice; an edit in place of the same length whose mtime
     is set back (`touch -r`) is still seen, by its ctime."""
@@ -147,6 +162,11 @@ def test_a_path_past_a_file_names_length_is_found_as_snakemake_cuts_its_marker(i
 
 def test_commands_that_run_no_job_or_remake_everything_are_not_refused():
     assert runs_no_job_or_remakes_all(["snakemake", "--unlock"]) and runs_no_job_or_remakes_all(["snakemake", "-F"])
+    # listing what a run would redo must work while an output is changed: it is how a user finds out
+    assert runs_no_job_or_remakes_all(["snakemake", "--summary"]) and runs_no_job_or_remakes_all(
+        ["snakemake", "--lc", "params"]
+    )
+    assert not runs_no_job_or_remakes_all(["snakemake", "-n"])
     assert runs_no_job_or_remakes_all(["snakemake", "--delete-all-output", "--configfile", "config/demo.yaml"])
     assert not runs_no_job_or_remakes_all(["snakemake", "-n", "--cores", "2", "--configfile", "config/demo.yaml"])
     assert not runs_no_job_or_remakes_all(["snakemake", "--report", "results/report.html"])  # it shows the tables
@@ -181,7 +201,9 @@ def test_a_point_outside_its_interval_or_a_value_that_is_no_number_is_named_by_r
     ]
     typed = SUMMARY.astype({"diff_ci_high": object})
     typed.loc[1, "diff_ci_high"] = "ten"
-    assert interval_problems(typed) == ["row 2 (task qa, method snapkv, retention 0.5): diff_ci_high is 'ten', not a number"]
+    assert interval_problems(typed) == [
+        "row 2 (task qa, method snapkv, retention 0.5): diff_ci_high is 'ten', not a number"
+    ]
 
 
 def test_a_figure_reading_an_edited_summary_is_refused_naming_the_file_before_it_draws(in_tmp):
@@ -199,7 +221,10 @@ def test_a_figure_reading_an_edited_summary_is_refused_naming_the_file_before_it
     assert "`--forcerun results/tables/summary.csv` at its end" in message
     assert summary_interval_problem(path).startswith("results/tables/summary.csv cannot be drawn as it stands")
     SUMMARY.to_csv(path, index=False)  # the right numbers, but not the bytes the manifest records
-    with pytest.raises(ManifestMismatchError, match=r"summary.csv is not the file its manifest describes: the manifest says sha256 \w{12}, the file has sha256 \w{12}"):
+    with pytest.raises(
+        ManifestMismatchError,
+        match=r"summary.csv is not the file its manifest describes: the manifest says sha256 \w{12}, the file has sha256 \w{12}",
+    ):
         read_summary(path)
 
 
@@ -225,7 +250,10 @@ def test_a_reference_figure_job_refusing_an_edited_table_keeps_the_figure_it_had
     puts the finished figure back instead of losing it."""
     workflow = copy_workflow(tmp_path / "workflow", reference_runs=True)
     run_snakemake(workflow, FIGURE, "--cores", "1", check=True)
-    made = {path: (workflow / path).read_bytes() for path in (FIGURE, FIGURE.replace(".png", ".svg"), f"{FIGURE}.manifest.json")}
+    made = {
+        path: (workflow / path).read_bytes()
+        for path in (FIGURE, FIGURE.replace(".png", ".svg"), f"{FIGURE}.manifest.json")
+    }
     table = workflow / "reference" / REFERENCE_RUN / "tables" / "summary.csv"
     lines = table.read_text().splitlines(keepends=True)
     header = lines[0].rstrip("\n").split(",")

@@ -31,8 +31,9 @@ from kvcache_bench.manifest import content_facts, forcerun_remedy, manifest_path
 # Beside study.sources' cache of source files' hashes, not in it: an entry here is also keyed by the file's ctime
 OUTPUT_HASHES = Path(".snakemake/kvcache-bench/output-hashes.json")
 
-# Options of a snakemake command that run no job: an output they cannot read is no reason to refuse them (an
-# --unlock or a --delete-all-output must work whatever results/ holds)
+# Options of a snakemake command that run no job and show no output's content: a changed output is no reason to
+# refuse them (an --unlock or a --delete-all-output must work whatever results/ holds; --summary lists what a run
+# would redo). A dry run (-n) and --report are refused: the one must say what the run would, the other shows tables.
 NO_JOB_OPTIONS = (
     "--unlock",
     "--cleanup-metadata",
@@ -42,6 +43,20 @@ NO_JOB_OPTIONS = (
     "--touch",
     "-t",
     "--lint",
+    "--list-rules",
+    "-l",
+    "--list-target-rules",
+    "--lt",
+    "--list-changes",
+    "--lc",
+    "--dag",
+    "--rulegraph",
+    "--filegraph",
+    "--d3dag",
+    "--summary",
+    "-S",
+    "--detailed-summary",
+    "-D",
 )
 FORCE_ALL_OPTIONS = ("--forceall", "-F")
 
