@@ -73,6 +73,8 @@ include: "rules/needle.smk"
 
 # after every rule is defined: the data's settings are read from the rules that make it (rules/checks.smk)
 refuse_another_studys_outputs()
+# then every output a job of this study reads is held to its manifest, before any job (rules/checks.smk, 5)
+refuse_changed_outputs()
 
 
 rule all:

@@ -4,21 +4,27 @@
 rule aggregate:
     input:
         scores=all_score_files(),
+    # each restored if the job fails (restored_if_failed, rules/common.smk): it refuses a score file that is not
+    # what its manifest says, and the finished tables are kept, not removed
     output:
-        summary=report(
-            "results/tables/summary.csv",
-            caption="../report/summary_table.rst",
-            category="Tables",
+        summary=restored_if_failed(
+            report(
+                "results/tables/summary.csv",
+                caption="../report/summary_table.rst",
+                category="Tables",
+            )
         ),
-        markdown="results/tables/summary.md",
-        markdown_manifest="results/tables/summary.md.manifest.json",
-        per_example=report(
-            "results/tables/per_example.csv",
-            caption="../report/per_example_table.rst",
-            category="Tables",
+        markdown=restored_if_failed("results/tables/summary.md"),
+        markdown_manifest=restored_if_failed("results/tables/summary.md.manifest.json"),
+        per_example=restored_if_failed(
+            report(
+                "results/tables/per_example.csv",
+                caption="../report/per_example_table.rst",
+                category="Tables",
+            )
         ),
-        manifest="results/tables/summary.csv.manifest.json",
-        per_example_manifest="results/tables/per_example.csv.manifest.json",
+        manifest=restored_if_failed("results/tables/summary.csv.manifest.json"),
+        per_example_manifest=restored_if_failed("results/tables/per_example.csv.manifest.json"),
     log:
         "logs/aggregate.log",
     localrule: True
@@ -43,12 +49,14 @@ rule ranking:
     input:
         summary=rules.aggregate.output.summary,
     output:
-        ranking=report(
-            "results/tables/ranking.md",
-            caption="../report/ranking_table.rst",
-            category="Tables",
+        ranking=restored_if_failed(
+            report(
+                "results/tables/ranking.md",
+                caption="../report/ranking_table.rst",
+                category="Tables",
+            )
         ),
-        manifest="results/tables/ranking.md.manifest.json",
+        manifest=restored_if_failed("results/tables/ranking.md.manifest.json"),
     log:
         "logs/ranking.log",
     localrule: True

@@ -36,7 +36,22 @@
 #    test_another_studys_data_made_under_other_settings_is_refused_first), tests/test_rerun.py
 #    (test_a_removed_prediction_is_named_with_the_command_that_remakes_it_and_its_table,
 #    test_a_cell_added_to_a_finished_study_is_no_file_gone).
-# 5. claim_results_before_any_job, in onstart: not while parsing but when jobs are about to run (Snakemake calls
+# 5. refuse_changed_outputs, called by the Snakefile just after 4. Refuses an output of this study that is no longer
+#    what its manifest records, among those its jobs read (data, method checks, predictions, scores, summary.csv and
+#    per_example.csv, the padding probe's reports and tables, perf records and their summary) and the run's final
+#    ones (summary.md, ranking.md, the figures, the engine comparison): "outputs were changed after the jobs that
+#    made them wrote them", each file with its sha256 recorded and now (or its manifest gone), and an interval of
+#    summary.csv or a padding table that does not hold its point (the row named); then the --forcerun that remakes
+#    them (study.changed_outputs). At parse: inside the reading job the refusal came after Snakemake had removed that
+#    job's finished outputs (a hand-edited score file cost summary.csv, summary.md and per_example.csv), and a table
+#    no job checked was ranked and drawn as edited (issue 51). Each reading job checks its inputs again
+#    (analysis.verified), and its outputs are update() outputs, which Snakemake puts back when the job fails
+#    (restored_if_failed, rules/common.smk). Tests: tests/test_rerun.py
+#    (test_a_hand_edited_summary_is_refused_before_any_job_and_the_printed_remedy_remakes_the_tables,
+#    test_a_hand_edited_score_file_is_refused_and_every_table_stays,
+#    test_an_interval_that_does_not_hold_its_point_is_refused_naming_the_file), tests/test_bad_inputs.py
+#    (test_a_changed_output_is_refused_not_tabulated), tests/test_changed_outputs.py.
+# 6. claim_results_before_any_job, in onstart: not while parsing but when jobs are about to run (Snakemake calls
 #    onstart for a run that runs jobs, not for a dry run, --lint or --list, so these take no claim). Takes
 #    results/ for this run, refused while a live run of another directory holds it, and records this directory's
 #    path (study.shared_results). Tests: tests/test_inputs_in_dag.py
@@ -61,7 +76,9 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from kvcache_bench.analysis.verified import summary_interval_problem
 from kvcache_bench.study.cell_checks import decode_note
+from kvcache_bench.study.changed_outputs import Step, changed_outputs_refusal, runs_no_job_or_remakes_all
 from kvcache_bench.study.config_checks import StudyConfigError, lock_holder_warning, remote_code_warning
 from kvcache_bench.study.shared_results import (
     claim_results_dir,
@@ -203,7 +220,90 @@ def refuse_another_studys_outputs():
         raise StudyConfigError(refusal)
 
 
-# ----------------------------------------------------------------------------- 5: the claim on results/
+# ----------------------------------------------------------------------------- 5: files changed after they were made
+
+
+def data_path(dataset, task):
+    return f"results/data/{dataset}/{task}.jsonl"
+
+
+def study_steps():
+    """The jobs of this study whose outputs other jobs of it read, each with the outputs it reads: what the
+    changed-outputs check holds to their manifests, and what a --forcerun of one remakes after it."""
+    methods = dict.fromkeys(cell["method"] for cell in STUDY_CELLS + PERF_CELLS)
+    properties = {method: rules.check_method.output.properties.format(method=method) for method in methods}
+    steps = [Step([path]) for path in properties.values()]
+    rows = {(cell["dataset"], cell["task"]) for cell in STUDY_CELLS}
+    padding = config.get("probes", {}).get("padding")
+    if padding:
+        rows |= {(dataset, padding["task"]) for dataset in padding["datasets"]}
+    if PERF["context_source"] == "dataset":
+        rows |= {(cell["dataset"], cell["task"]) for cell in PERF_CELLS}
+    steps += [Step([data_path(*pair)]) for pair in sorted(rows)]
+    for cell in STUDY_CELLS:
+        reads = [data_path(cell["dataset"], cell["task"]), properties[cell["method"]]]
+        steps.append(Step([cell_path("predictions", cell, ".jsonl")], reads))
+    scores = [cell_path("scores", cell, ".jsonl") for cell in SCORED_CELLS]
+    steps += [Step([score], [cell_path("predictions", cell, ".jsonl")]) for score, cell in zip(scores, SCORED_CELLS)]
+    if SCORED_CELLS:
+        # the tables and figures no job reads but `snakemake --report` shows: an edited summary.md or ranking.md
+        # would disagree with summary.csv there
+        tables = [rules.aggregate.output.summary, rules.aggregate.output.per_example, rules.aggregate.output.markdown]
+        steps.append(Step(tables, scores))
+        steps.append(Step([rules.ranking.output.ranking], [rules.aggregate.output.summary]))
+        steps += [Step([figure], tables[:2]) for figure in figure_files() if figure.endswith(".png")]
+    if padding:
+        rows_read = [data_path(dataset, padding["task"]) for dataset in padding["datasets"]]
+        for model in config["models"]:
+            reports = [f"results/probes/padding/{padding['task']}/{model}/{m}.json" for m in padding["methods"]]
+            steps += [Step([report], rows_read) for report in reports]
+            steps.append(Step([f"results/tables/padding_probe/{padding['task']}/{model}.csv"], reports))
+    records = [study.perf_record_path(cell) for cell in PERF_CELLS]
+    for record, cell in zip(records, PERF_CELLS):
+        reads = [properties[cell["method"]]]
+        if PERF["context_source"] == "dataset":
+            reads.append(data_path(cell["dataset"], cell["task"]))
+        steps.append(Step([record], reads))
+    if records:
+        steps.append(Step(["results/tables/perf_summary.csv"], records))
+    if ENGINE_COMPARISON:
+        rates = "results/perf/hardware_rates.json"
+        steps.append(Step([rates]))
+        steps.append(Step(engine_comparison_outputs(), [*engine_comparison_predictions(), rates]))
+    # the needle heat maps, which the study's run makes and nothing reads but a person
+    steps += [Step([figure], scores) for figure in needle_figures()]
+    return steps
+
+
+def forced_outputs(steps, forced):
+    """--forcerun's files, and the outputs of the rules it names (``--forcerun aggregate``)."""
+    by_name = {rule.name: rule for rule in workflow.rules}
+    forced_rules = [by_name[name] for name in forced if name in by_name]
+    made = {path for step in steps for path in step.outputs if any(rule.is_producer(path) for rule in forced_rules)}
+    return set(forced) | made
+
+
+def drawn_table_problem(path):
+    """A table a figure draws intervals from (summary.csv, a padding table): each interval holds its point."""
+    if path == rules.aggregate.output.summary or path.startswith("results/tables/padding_probe/"):
+        return summary_interval_problem(path)
+    return None
+
+
+def refuse_changed_outputs():
+    """An output this study reads that is not what its job wrote stops the run (dry runs too) before any job, so
+    no job's finished outputs are removed for it (study.changed_outputs); not for a command that runs no job."""
+    if not workflow.is_main_process or runs_no_job_or_remakes_all(sys.argv):
+        return
+    steps = study_steps()
+    refusal = changed_outputs_refusal(
+        steps, forced_outputs(steps, forcerun_in_command_line(sys.argv)), also=drawn_table_problem
+    )
+    if refusal:
+        raise StudyConfigError(refusal)
+
+
+# ----------------------------------------------------------------------------- 6: the claim on results/
 
 
 def claim_results_before_any_job():

@@ -226,14 +226,25 @@ def worker_order(wildcards):
     return 2 * (len(models) - models.index(wildcards.model)) + (attention == configured)
 
 
+def restored_if_failed(output):
+    """An output of a job that reads other outputs: Snakemake removes a job's outputs when it starts it, so a job
+    that refused a changed input (analysis.verified) lost what it had made before (issue 51). Flagged update(),
+    the output is backed up instead and put back when the job fails ("Restored previous version of ..."); its job
+    still reruns while an input is newer. The study's own inputs are refused before any job (rules/checks.smk, 5):
+    this keeps what a job can only refuse itself (a reference run's table, a file changed after the parse)."""
+    return update(output)
+
+
 def figure_outputs(name, subcategory=None, folder="results/figures", caption=None):
     """A figure's three outputs: the PNG (in `snakemake --report`, under Figures/<subcategory>, with
-    report/<caption or name>.rst, when a subcategory is given), its SVG, and the PNG's manifest."""
+    report/<caption or name>.rst, when a subcategory is given), its SVG, and the PNG's manifest; each restored if
+    its job fails (a figure job reads a table, and refuses one that is not what its manifest says)."""
     png = f"{folder}/{name}.png"
     if subcategory:
         caption = f"../report/{caption or name}.rst"
         png = report(png, caption=caption, category="Figures", subcategory=subcategory)
-    return dict(png=png, svg=f"{folder}/{name}.svg", manifest=f"{folder}/{name}.png.manifest.json")
+    outputs = dict(png=png, svg=f"{folder}/{name}.svg", manifest=f"{folder}/{name}.png.manifest.json")
+    return {key: restored_if_failed(path) for key, path in outputs.items()}
 
 
 # ----------------------------------------------------------------------------- per-rule params

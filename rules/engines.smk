@@ -28,8 +28,8 @@ if ENGINE_COMPARISON:
             rates=rules.measure_hardware_rates.output.rates,
             model_dir=engine_comparison_model()["path"],
         output:
-            csv="results/tables/engine_comparison.csv",
-            md="results/tables/engine_comparison.md",
+            csv=restored_if_failed("results/tables/engine_comparison.csv"),
+            md=restored_if_failed("results/tables/engine_comparison.md"),
         log:
             "logs/engine_comparison.log",
         localrule: True

@@ -16,7 +16,7 @@ rule kvpress_export:
         rows=sorted({f"results/data/{e['cell']['dataset']}/{e['cell']['task']}.jsonl" for e in KVPRESS_EXPORT}),
     output:
         # the whole layout, rewritten at each run: a cell refused by its check job leaves no directory behind
-        export=directory(EXPORT_ROOT),
+        export=restored_if_failed(directory(EXPORT_ROOT)),
     log:
         "logs/kvpress_export.log",
     localrule: True

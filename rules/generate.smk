@@ -40,8 +40,8 @@ rule sweep_cost:
     input:
         predictions=all_prediction_files(),
     output:
-        report="results/tables/sweep_cost.json",
-        manifest="results/tables/sweep_cost.json.manifest.json",
+        report=restored_if_failed("results/tables/sweep_cost.json"),
+        manifest=restored_if_failed("results/tables/sweep_cost.json.manifest.json"),
     log:
         "logs/sweep_cost.log",
     localrule: True

@@ -64,10 +64,10 @@ rule padding_probe_table:
     input:
         reports=padding_probe_reports,
     output:
-        table="results/tables/padding_probe/{task}/{model}.csv",
-        markdown="results/tables/padding_probe/{task}/{model}.md",
-        manifest="results/tables/padding_probe/{task}/{model}.csv.manifest.json",
-        markdown_manifest="results/tables/padding_probe/{task}/{model}.md.manifest.json",
+        table=restored_if_failed("results/tables/padding_probe/{task}/{model}.csv"),
+        markdown=restored_if_failed("results/tables/padding_probe/{task}/{model}.md"),
+        manifest=restored_if_failed("results/tables/padding_probe/{task}/{model}.csv.manifest.json"),
+        markdown_manifest=restored_if_failed("results/tables/padding_probe/{task}/{model}.md.manifest.json"),
     log:
         "logs/padding_probe_table/{task}/{model}.log",
     localrule: True

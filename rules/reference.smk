@@ -62,10 +62,12 @@ use rule padding_probe_table as reference_padding_probe_table with:
     input:
         reports=reference_padding_probe_reports,
     output:
-        table="results/reference/{run}/tables/padding_probe/{task}/{model}.csv",
-        markdown="results/reference/{run}/tables/padding_probe/{task}/{model}.md",
-        manifest="results/reference/{run}/tables/padding_probe/{task}/{model}.csv.manifest.json",
-        markdown_manifest="results/reference/{run}/tables/padding_probe/{task}/{model}.md.manifest.json",
+        table=restored_if_failed("results/reference/{run}/tables/padding_probe/{task}/{model}.csv"),
+        markdown=restored_if_failed("results/reference/{run}/tables/padding_probe/{task}/{model}.md"),
+        manifest=restored_if_failed("results/reference/{run}/tables/padding_probe/{task}/{model}.csv.manifest.json"),
+        markdown_manifest=restored_if_failed(
+            "results/reference/{run}/tables/padding_probe/{task}/{model}.md.manifest.json"
+        ),
     log:
         "logs/reference/{run}/padding_probe_table/{task}/{model}.log",
 
@@ -87,12 +89,12 @@ rule ranking_across_models:
         summaries=ranking_across_models_tables("summary"),
         per_examples=ranking_across_models_tables("per_example"),
     output:
-        markdown="results/reference/ranking_across_models.md",
-        correlations="results/reference/ranking_across_models.csv",
-        presses="results/reference/ranking_across_models_presses.csv",
-        markdown_manifest="results/reference/ranking_across_models.md.manifest.json",
-        correlations_manifest="results/reference/ranking_across_models.csv.manifest.json",
-        presses_manifest="results/reference/ranking_across_models_presses.csv.manifest.json",
+        markdown=restored_if_failed("results/reference/ranking_across_models.md"),
+        correlations=restored_if_failed("results/reference/ranking_across_models.csv"),
+        presses=restored_if_failed("results/reference/ranking_across_models_presses.csv"),
+        markdown_manifest=restored_if_failed("results/reference/ranking_across_models.md.manifest.json"),
+        correlations_manifest=restored_if_failed("results/reference/ranking_across_models.csv.manifest.json"),
+        presses_manifest=restored_if_failed("results/reference/ranking_across_models_presses.csv.manifest.json"),
     log:
         "logs/reference/ranking_across_models.log",
     localrule: True

@@ -4,6 +4,7 @@ import json
 import logging
 
 from kvcache_bench.analysis.kvpress_export import FILES, dump_config, export_cell, index_frame
+from kvcache_bench.analysis.verified import verified_files
 from kvcache_bench.files import atomic_path, read_jsonl, write_text_atomic
 from kvcache_bench.manifest import verify_against_manifest, write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
@@ -12,11 +13,12 @@ job = current_job(globals())
 with logging_to(job):
     p = job.params
     rows = {}
-    for path in job.input.rows:
+    for path in verified_files(job.input.rows):  # the questions and answers exported beside each prediction
         rows.update({row["_id"]: row for row in read_jsonl(path)})
     exported, left_out, written = [], list(p.left_out), []
     for entry, predictions, scores in zip(p.exported, job.input.predictions, job.input.scores):
         manifest = verify_against_manifest(scores)
+        verified_files(predictions)
         if manifest.get("not_run"):  # refused by its check job: nothing to export, and the index says why
             left_out.append({**entry["cell"], "why": "not run: " + "; ".join(manifest["not_run"])})
             continue

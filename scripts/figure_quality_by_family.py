@@ -1,10 +1,9 @@
 """Snakemake adapter: the appendix, every method in colour, one panel per method family."""
 
-import pandas as pd
-
 from kvcache_bench.analysis.figures.quality_by_family import quality_by_family
 from kvcache_bench.analysis.figures.style import save_figure
 from kvcache_bench.analysis.layout import log_layout
+from kvcache_bench.analysis.verified import read_summary
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
@@ -12,7 +11,7 @@ job = current_job(globals())
 with logging_to(job):
     p = job.params
     figure = quality_by_family(
-        pd.read_csv(job.input.summary),
+        read_summary(job.input.summary),  # verified: an edited table, or an interval off its point, is refused
         title=p.title,
         band_alpha=p.band_alpha,
         highlight=list(p.highlight),

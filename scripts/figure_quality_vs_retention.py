@@ -1,11 +1,10 @@
 """Snakemake adapter: quality vs KV cache kept, the highlighted methods against the strongest and the classic
 baselines."""
 
-import pandas as pd
-
 from kvcache_bench.analysis.figures.quality_vs_retention import quality_vs_retention
 from kvcache_bench.analysis.figures.style import save_figure
 from kvcache_bench.analysis.layout import log_layout
+from kvcache_bench.analysis.verified import read_summary
 from kvcache_bench.manifest import write_manifest
 from kvcache_bench.workflow import current_job, logging_to, params_of
 
@@ -13,7 +12,7 @@ job = current_job(globals())
 with logging_to(job):
     p = job.params
     figure = quality_vs_retention(
-        pd.read_csv(job.input.summary),
+        read_summary(job.input.summary),  # verified: an edited table, or an interval off its point, is refused
         title=p.title,
         band_alpha=p.band_alpha,
         highlight=list(p.highlight),

@@ -270,14 +270,17 @@ def test_a_changed_output_is_refused_not_tabulated(small_run, tmp_path, case, st
     table_before = (workdir / "results/tables/summary.csv").read_text()
     target = workdir / f"results/{stage}/{SNAPKV}.jsonl"
     tamper(target)
-    result, output = run_with(workdir, yaml.safe_load((workdir / "config/small.yaml").read_text()), "--cores", "1", name="small.yaml")
+    finished = {path: path.read_bytes() for path in sorted((workdir / "results").rglob("*")) if path.is_file() and path != target}
+    result, text = run_with(workdir, yaml.safe_load((workdir / "config/small.yaml").read_text()), "--cores", "1", name="small.yaml")
     assert result.returncode != 0
-    log = workdir / ("logs/aggregate.log" if stage == "scores" else f"logs/score/{SNAPKV}.log")
-    text = log.read_text()
+    # refused while the workflow is parsed, before any job: once the score or aggregate job refused it, and Snakemake
+    # had removed that job's finished outputs (the score file, or summary.csv, summary.md and per_example.csv)
+    assert "stopped before any job" in text and "Finished job" not in text, text[-3000:]
     assert f"results/{stage}/{SNAPKV}.jsonl is not the file its manifest describes" in text
     assert said in text and found in text and f"`--forcerun results/{stage}/{SNAPKV}.jsonl` at its end" in text
     table = workdir / "results/tables/summary.csv"
-    assert not table.exists() or table.read_text() == table_before  # nothing tabulated from the changed file
+    assert table.read_text() == table_before  # nothing tabulated from the changed file
+    assert {path: path.read_bytes() for path in finished} == finished  # and nothing finished removed
     if case == "prediction edited by hand":  # the printed remedy, run as printed, remakes the cell and its table
         remedy = re.search(r"`--forcerun ([^`]+)`", text).group(1).split()
         result, output = run_with(workdir, yaml.safe_load((workdir / "config/small.yaml").read_text()), "--cores", "1",

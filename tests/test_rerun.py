@@ -204,3 +204,128 @@ def test_a_clone_given_the_same_studys_results_is_not_refused(demo_run, tmp_path
     output = planned.stdout + planned.stderr
     assert planned.returncode == 0 and "another study's files" not in output, output[-3000:]
     assert "Nothing to be done" in output
+
+
+# ------------------------------------------------------------------ issue 51: readers verify what they read
+
+SNAPKV_SCORES = "results/scores/synthetic/synthetic_qa/canary/snapkv/question_aware/retention-0.50_batch-1_decode-1.jsonl"
+
+
+def _finished_outputs(workdir):
+    """Every table and figure of the finished demo, with its bytes: what a refusal must leave as it was."""
+    paths = sorted((workdir / "results/tables").glob("*")) + sorted((workdir / "results/figures").glob("*"))
+    assert len(paths) > 15, paths
+    return {path.relative_to(workdir).as_posix(): path.read_bytes() for path in paths}
+
+
+def _edit_summary(workdir, row_index, score):
+    """One row's score changed in summary.csv, as a hand edit in an editor or a spreadsheet would."""
+    import csv
+    import io
+
+    path = workdir / "results/tables/summary.csv"
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    row = rows[row_index]
+    row["score"] = score(row)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    path.write_text(out.getvalue())
+    return row
+
+
+def _first_row_with_an_interval(workdir):
+    import pandas as pd
+
+    summary = pd.read_csv(workdir / "results/tables/summary.csv")
+    return int(summary.index[summary["ci_low"] < summary["ci_high"]][0])
+
+
+def _refusal_at_parse(result):
+    """The run's output, having checked that it stopped before Snakemake built its DAG or ran a job."""
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "Building DAG of jobs" not in output and "Finished job" not in output, output[-3000:]
+    return output
+
+
+def test_a_hand_edited_summary_is_refused_before_any_job_and_the_printed_remedy_remakes_the_tables(finished_demo):
+    """Issue 51: a number edited in summary.csv was ranked and drawn as it stood (exit 0) while summary.md, made from
+    the scores, disagreed. Now the next run stops at parse, every finished output untouched, naming the file, its
+    sha256 recorded and now, and the --forcerun that remakes it; that command, run as printed, remakes the table
+    from the scores, and summary.md and ranking.md agree with it again."""
+    import hashlib
+    import json
+
+    summary = finished_demo / "results/tables/summary.csv"
+    original = summary.read_text()
+    recorded = json.loads((finished_demo / "results/tables/summary.csv.manifest.json").read_text())["content"]["sha256"]
+    row = _first_row_with_an_interval(finished_demo)
+    _edit_summary(finished_demo, row, lambda r: f"{(float(r['ci_low']) + float(r['ci_high'])) / 2 + 0.01:.2f}")
+    now = hashlib.sha256(summary.read_bytes()).hexdigest()
+    finished = _finished_outputs(finished_demo)
+    output = _refusal_at_parse(run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/demo.yaml"))
+    assert (
+        f"results/tables/summary.csv is not the file its manifest describes: the manifest says sha256 {recorded[:12]}, "
+        f"the file has sha256 {now[:12]}" in output
+    ), output[-3000:]
+    assert "stopped before any job, so no finished output is removed" in output
+    assert _finished_outputs(finished_demo) == finished  # nothing removed, nothing remade from the edit
+    remedy = re.search(r"`--forcerun ([^`]+)`", output).group(1).split()
+    assert remedy == ["results/tables/summary.csv"]
+    remade = run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/demo.yaml", "--forcerun", *remedy)
+    assert remade.returncode == 0, (remade.stdout + remade.stderr)[-3000:]
+    jobs = planned_jobs(remade.stdout + remade.stderr)
+    assert jobs["aggregate"] == 1 and jobs["ranking"] == 1 and "score" not in jobs and "generate" not in jobs, jobs
+    assert summary.read_text() == original
+    assert _finished_outputs(finished_demo).keys() == finished.keys()
+
+
+def test_a_hand_edited_score_file_is_refused_and_every_table_stays(finished_demo):
+    """Issue 51: the aggregate job refused a hand-edited score file, but Snakemake had removed its outputs when it
+    started it, so the finished summary.csv, summary.md and per_example.csv were gone. Refused at parse, they stay;
+    the printed --forcerun plans that cell's score and the tables, nothing upstream."""
+    score = finished_demo / SNAPKV_SCORES
+    records = score.read_text().splitlines(keepends=True)
+    records[0] = records[0].replace('"score": ', '"score": 1.0, "was": ', 1)  # a better score typed in
+    score.write_text("".join(records))
+    finished = _finished_outputs(finished_demo)
+    output = _refusal_at_parse(run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/demo.yaml"))
+    assert f"{SNAPKV_SCORES} is not the file its manifest describes" in output, output[-3000:]
+    assert f"`--forcerun {SNAPKV_SCORES}` at its end" in output
+    assert _finished_outputs(finished_demo) == finished
+    for table in ("summary.csv", "summary.md", "per_example.csv"):
+        assert (finished_demo / "results/tables" / table).exists()
+    remedy = re.search(r"`--forcerun ([^`]+)`", output).group(1).split()
+    planned = run_snakemake(finished_demo, "-n", "--configfile", "config/demo.yaml", "--forcerun", *remedy, check=True)
+    jobs = planned_jobs(planned.stdout)
+    assert jobs["score"] == 1 and jobs["aggregate"] == 1 and "generate" not in jobs, jobs
+
+
+def test_an_interval_that_does_not_hold_its_point_is_refused_naming_the_file(finished_demo):
+    """Issue 51: a score edited beyond its interval crashed the figure job in matplotlib ("'yerr' must not contain
+    negative values") and cost quality_vs_retention.png/.svg. Refused at parse, naming the file: by its checksum;
+    and, were the manifest rewritten to match the edit, by the interval itself, naming the row."""
+    import hashlib
+    import json
+
+    row = _first_row_with_an_interval(finished_demo)
+    edited = _edit_summary(finished_demo, row, lambda r: f"{float(r['ci_high']) + 10:.2f}")
+    finished = _finished_outputs(finished_demo)
+    output = _refusal_at_parse(run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/demo.yaml"))
+    assert "results/tables/summary.csv is not the file its manifest describes" in output, output[-3000:]
+    assert "yerr" not in output and _finished_outputs(finished_demo) == finished
+    manifest = finished_demo / "results/tables/summary.csv.manifest.json"
+    facts = json.loads(manifest.read_text())
+    facts["content"]["sha256"] = hashlib.sha256((finished_demo / "results/tables/summary.csv").read_bytes()).hexdigest()
+    manifest.write_text(json.dumps(facts))
+    output = _refusal_at_parse(run_snakemake(finished_demo, "--cores", "2", "--configfile", "config/demo.yaml"))
+    assert "results/tables/summary.csv cannot be drawn as it stands" in output, output[-3000:]
+    assert (
+        f"row {row + 1} (task synthetic_qa, model canary, method {edited['method']}, question_mode "
+        f"{edited['question_mode']}, retention {float(edited['retention'])}" in output
+    )
+    assert f"score {float(edited['score']):g} is outside its interval [{float(edited['ci_low']):g}, {float(edited['ci_high']):g}]" in output
+    assert "`--forcerun results/tables/summary.csv`" in output
+    assert (finished_demo / "results/figures/quality_vs_retention.png").exists()
