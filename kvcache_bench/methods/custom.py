@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from kvcache_bench.methods.catalogue import WRAPPER_CLASSES
-from kvcache_bench.methods.constructions import constructor_fields, press_file_of, resolve_class
+from kvcache_bench.methods.constructions import constructor_fields, press_file_of, press_spelling_problem, resolve_class
 from kvcache_bench.methods.registry import METHODS, UnknownMethodError, build_press, did_you_mean
 
 NAME = re.compile(r"^[a-z0-9_]+$")
@@ -140,10 +140,8 @@ def unknown_method_problems(config: dict) -> list[str]:
 
 def _settings_problems(name: str, settings: dict, custom_methods: dict, workdir: str) -> list[str]:
     where = f"custom_methods.{name}"
-    if name in METHODS:
-        return [f"{where} shadows the built-in method {name!r} ({METHODS[name].label}); choose another name"]
-    if not NAME.match(name):
-        return [f"{where}: a method name is lower-case letters, digits and _ (it is part of result paths)"]
+    if named := _named_problems(name, settings, workdir):
+        return named
     try:
         press_class = resolve_class(settings["press"], workdir)
     except ValueError as error:
@@ -178,6 +176,17 @@ def _settings_problems(name: str, settings: dict, custom_methods: dict, workdir:
     except (UnknownMethodError, TypeError, ValueError, AssertionError) as error:
         problems.append(f"{where} does not build: {type(error).__name__}: {error}")
     return problems
+
+
+def _named_problems(name: str, settings: dict, workdir: str) -> list[str]:
+    """What the name and the press's spelling tell, without importing anything."""
+    where = f"custom_methods.{name}"
+    if name in METHODS:
+        return [f"{where} shadows the built-in method {name!r} ({METHODS[name].label}); choose another name"]
+    if not NAME.match(name):
+        return [f"{where}: a method name is lower-case letters, digits and _ (it is part of result paths)"]
+    problem = press_spelling_problem(settings.get("press"), workdir)
+    return [f"{where}.press: {problem}"] if problem else []
 
 
 def custom_method_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
