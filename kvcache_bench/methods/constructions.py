@@ -44,6 +44,48 @@ def press(name: str, *inner: Construction, **kwargs) -> Construction:
     return Construction(name, kwargs)
 
 
+# Called with a module's name or a press file's path just before it is imported, and with None once it has
+# imported: the child process that checks user code (methods.user_code) reports through it which file was being
+# imported when that process exited, crashed or hung.
+import_announcer = None
+
+
+def _announce(what: str | None) -> None:
+    if import_announcer is not None:
+        import_announcer(what)
+
+
+def _ran_user_code(label: str, run):
+    """``run()``, the import of a researcher's module (``label`` names it), with every way it can stop refused
+    naming it: an exception, and also ``sys.exit()`` at import, which once ended the whole ``snakemake`` command with
+    exit status 0 and nothing printed (the parse imported the press in Snakemake's own process). A crash or a hang
+    cannot be caught in-process: the parse and the check_method job import user code in a child first
+    (methods.user_code)."""
+    _announce(label)
+    try:
+        result = run()
+    except KeyboardInterrupt:
+        raise  # Ctrl-C (or Snakemake stopping the job) stays what it is
+    except SystemExit as error:
+        raise PressImportError(
+            f"{label} exited the process while it was imported (sys.exit({error.code!r}) at import): a press "
+            "module defines its classes and must not exit; move that code under `if __name__ == \"__main__\":`"
+        ) from None
+    except BaseException as error:  # a researcher's file: any failure is theirs to see, with its type
+        raise PressImportError(f"{label} does not import: {type(error).__name__}: {error}") from error
+    _announce(None)
+    return result
+
+
+def _kvpress():
+    """kvpress, its import announced: seconds on a warm disk (torch with it), a minute or more on a cold one, which
+    the child checking user code names when it runs out of time there."""
+    _announce("kvpress (and torch)")
+    kvpress = import_kvpress()
+    _announce(None)
+    return kvpress
+
+
 def load_press_file(path: str, workdir: str):
     """The module in ``path`` (relative to ``workdir``), refused when the file lies outside it."""
     root = os.path.realpath(workdir)
@@ -59,11 +101,7 @@ def load_press_file(path: str, workdir: str):
     module_name = "kvcache_bench_user_press_" + os.path.relpath(full, root).replace(os.sep, "_").removesuffix(".py")
     spec = importlib.util.spec_from_file_location(module_name, full)
     module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as error:  # a researcher's file: any failure is theirs to see, with its type
-        raise PressImportError(f"press file {path!r} does not import: {type(error).__name__}: {error}") from error
-    return module
+    return _ran_user_code(f"press file {path!r}", lambda: spec.loader.exec_module(module) or module)
 
 
 def press_file_of(name: str) -> str | None:
@@ -143,12 +181,13 @@ def press_spelling_problem(name, workdir: str = ".") -> str | None:
 
 
 def resolve_class(name: str, workdir: str = "."):
-    """The class a construction names, checked to be a kvpress ``BasePress``."""
+    """The class a construction names, checked to be a kvpress ``BasePress``. A researcher's module is imported
+    before kvpress, so a module that fails at import says so in milliseconds whatever kvpress costs to import."""
     if problem := press_spelling_problem(name, workdir):
         raise PressImportError(problem)
-    kvpress = import_kvpress()
     module_name, _, class_name = name.rpartition(":")
     if not module_name:
+        kvpress = _kvpress()
         found = getattr(kvpress, name, None)
         if found is None:
             raise PressImportError(f"kvpress {kvpress_version()} has no press {name!r}")
@@ -157,12 +196,15 @@ def resolve_class(name: str, workdir: str = "."):
             module = load_press_file(module_name, workdir)
         else:
             try:
-                module = importlib.import_module(module_name)
-            except ImportError as error:
-                raise PressImportError(f"press {name!r}: module {module_name!r} does not import: {error}") from error
+                module = _ran_user_code(f"module {module_name!r}", lambda: importlib.import_module(module_name))
+            except PressImportError as error:
+                raise PressImportError(f"press {name!r}: {error}") from error.__cause__
         found = getattr(module, class_name, None)
         if found is None:
-            raise PressImportError(f"press {name!r}: {module_name} has no class {class_name!r}")
+            classes = [n for n, v in vars(module).items() if isinstance(v, type) and not n.startswith("_")]
+            hint = f" (it defines {', '.join(sorted(classes)[:12])})" if module_name.endswith(".py") and classes else ""
+            raise PressImportError(f"press {name!r}: {module_name} has no class {class_name!r}{hint}")
+        kvpress = _kvpress()
     if not (isinstance(found, type) and issubclass(found, kvpress.BasePress)):
         raise PressImportError(f"press {name!r} is not a kvpress BasePress subclass")
     return found
