@@ -11,13 +11,18 @@ whose construction runs a researcher's module (``presses/<file>.py:Class`` or ``
 retention 0.5), and an exit, a crash (a signal) or a hang there (no result within ``KVCACHE_BENCH_PRESS_IMPORT_TIMEOUT``
 seconds per method, 300 unless set) is refused naming the file that was being imported and what happened.
 
-What it costs: the parse checked these methods in-process already, importing torch and kvpress for it (4.2 s of
-a 7.4 s dry run of the demo with ``presses/value_norm.py``, measured on 2 shared CPU cores). The child imports them
-instead, and the parse itself no longer does: a config without user code pays nothing, one with it about the same
-wall time as before (the parse needs the check's answer before it plans, so the child is waited for), and a file
-that fails at import fails in milliseconds, before kvpress is imported (``constructions.resolve_class`` imports the
+What it costs: the parse checked these methods in-process already, importing torch and kvpress for it (4.4 s of
+a 7.4 s dry run of the demo with ``presses/value_norm.py``; 3.0 s without it; 2 shared CPU cores). The child
+imports them instead, and the parse itself no longer does: the check costs the same CPU in a child as in-process
+(5.2 s either way, measured side by side), the dry run 7.6 to 7.9 s against 7.4 to 8.5 s before (the child's
+start; the parse waits for the answer before it plans), a config without user code nothing, and a file that fails
+at import fails in milliseconds, before kvpress is imported (``constructions.resolve_class`` imports the
 researcher's module first). An AST read alone would have been cheaper, but the parse refuses kwargs the class does
-not take and presses that do not build, which only the class itself can tell.
+not take and presses that do not build, which only the class itself can tell, and those refusals stay at parse.
+
+The check_method job checks again the same way (``methods.custom.refuse_failing_user_code``): a press can behave
+otherwise in a job, and a job's script that exits 0 without its output names no press. It costs that job about 5 s
+of CPU, once per custom method, its child overlapping the job's own import of kvpress.
 """
 
 from __future__ import annotations
@@ -200,6 +205,10 @@ def check_in_child(
     return problems
 
 
+def _exit_call(error: SystemExit) -> str:
+    return f"sys.exit({error.code!r})"
+
+
 def child() -> None:
     """The child's side: check each requested method, writing a line before each method and each import of a
     researcher's module, and one with its problems when it is done."""
@@ -221,13 +230,24 @@ def child() -> None:
             progress.write(json.dumps(event) + "\n")
             progress.flush()
 
-        constructions.import_announcer = lambda what: note(importing=what)
+        importing = []  # the module under import, when one is
+
+        def announce(what: str | None) -> None:
+            importing[:] = [what] if what else []
+            note(importing=what)
+
+        constructions.import_announcer = announce
         custom_methods = request["custom_methods"]
         for name in request["names"]:
             note(method=name)
             try:
                 problems = check(name, custom_methods, request["workdir"])
-            except BaseException as error:  # a constructor's sys.exit() included; no Ctrl-C reaches
-                # this child (its own session), so a KeyboardInterrupt here is the press's own
-                problems = [f"custom_methods.{name} does not build: {type(error).__name__}: {error}"]
+            except BaseException as error:  # what the checks do not catch: a KeyboardInterrupt raised at import (no
+                # Ctrl-C reaches this child, in its own session), a constructor's sys.exit()
+                what = f"SystemExit ({_exit_call(error)})" if isinstance(error, SystemExit) else type(error).__name__
+                where = f"{importing[0]} raised {what} while it was imported" if importing else (
+                    f"its press ({custom_methods[name].get('press')}) raised {what} while it was built"
+                )
+                said = "" if isinstance(error, SystemExit) or not str(error) else f": {error}"
+                problems = [f"custom_methods.{name}.press: {where}{said}"]
             note(done=name, problems=problems)
