@@ -23,14 +23,17 @@ from kvcache_bench.study.config_files import (
     check_config_files,
     keep_workflow_config,
     refuse_numbers_as_text,
+    study_config_files,
 )
 
-# Before the schema: a key written twice is named with its line, a number list typed on the command line is
-# named with what to write instead, and `--config k=v` alone keeps config.yaml.
+# Before the schema: a key written twice is named with its line, a number list written as text is named with
+# where it came from (`--config` alone, or a config file and its lines) and what to write instead, and
+# `--config k=v` alone keeps config.yaml.
 check_config_files(workflow)
 refuse_numbers_as_text(
-    workflow.config_settings.overwrite_config,
+    workflow.config_settings.config,
     yaml.safe_load(Path(workflow.basedir, "schemas/config.schema.yaml").read_text()),
+    study_config_files(workflow),
 )
 if (kept := keep_workflow_config(config, workflow)) and workflow.is_main_process:
     print(kept, file=sys.stderr)

@@ -90,8 +90,8 @@ def test_a_number_list_typed_on_the_command_line_is_named_with_what_to_write_ins
     schema = yaml.safe_load((REPO / "schemas/config.schema.yaml").read_text())
     with pytest.raises(CommandLineConfigError, match=r"--config retentions=\[\.\.\.\] gave the list \['0.25'\]") as refused:
         refuse_numbers_as_text({"retentions": ["0.25"]}, schema)
-    assert "printf 'retentions: [0.25]\\n' > my-retentions.yaml" in str(refused.value)
-    with pytest.raises(CommandLineConfigError, match="decode_batch_sizes takes numbers"):
+    assert "echo 'retentions: [0.25]' > my-retentions.yaml" in str(refused.value)
+    with pytest.raises(CommandLineConfigError, match="decode_batch_sizes takes whole numbers"):
         refuse_numbers_as_text({"decode_batch_sizes": ["1", "32"]}, schema)
     # text where the schema takes text, and numbers where it takes numbers, pass
     refuse_numbers_as_text({"methods": ["full_cache", "snapkv"], "retentions": [0.25], "seed": "7"}, schema)

@@ -8,6 +8,8 @@ from kvcache_bench.methods.custom import custom_method_problems, methods_needed,
 from kvcache_bench.methods.registry import build_press, import_kvpress, retentions_for
 
 REPO_PRESS = "presses/value_norm.py:ValueNormPress"
+# a module of the researcher's (a press file, a module:Class) is checked in a child process (methods.user_code)
+USER_CODE = pytest.mark.workflow
 
 
 def problems(custom=None, methods=("full_cache",), workdir="."):
@@ -24,6 +26,7 @@ def test_a_wrapper_from_config_wraps_the_method_named_in_inner():
     assert retentions_for("adakv_tova", [0.5, 0.25], custom) == [0.5, 0.25]
 
 
+@USER_CODE
 def test_a_press_file_in_the_workflow_directory_builds():
     custom = {"value_norm": {"press": REPO_PRESS, "kwargs": {"n_sink": 2}}}
     assert problems(custom, ["value_norm"]) == []
@@ -38,9 +41,9 @@ def test_a_press_file_in_the_workflow_directory_builds():
         ({"mine": {"press": "AdaKVPress"}}, ["mine"], "custom_methods.mine: AdaKVPress wraps another press; name the method it wraps in `inner`"),
         ({"mine": {"press": "AdaKVPress", "inner": "tovaa"}}, ["mine"], "custom_methods.mine.inner names 'tovaa', which is no method; did you mean 'tova'?"),
         ({"mine": {"press": "AdaKVPress", "inner": "full_cache"}}, ["mine"], "custom_methods.mine.inner: 'full_cache' has no press to wrap"),
-        ({"mine": {"press": "no_such_module:Press"}}, ["mine"], "custom_methods.mine.press: press 'no_such_module:Press': module 'no_such_module' does not import"),
-        ({"mine": {"press": "collections:OrderedDict"}}, ["mine"], "custom_methods.mine.press: press 'collections:OrderedDict' is not a kvpress BasePress subclass"),
-        ({"mine": {"press": "../outside.py:Press"}}, ["mine"], "custom_methods.mine.press: press file '../outside.py' is outside the workflow directory"),
+        pytest.param({"mine": {"press": "no_such_module:Press"}}, ["mine"], "custom_methods.mine.press: press 'no_such_module:Press': module 'no_such_module' does not import", marks=USER_CODE),
+        pytest.param({"mine": {"press": "collections:OrderedDict"}}, ["mine"], "custom_methods.mine.press: press 'collections:OrderedDict' is not a kvpress BasePress subclass", marks=USER_CODE),
+        pytest.param({"mine": {"press": "../outside.py:Press"}}, ["mine"], "custom_methods.mine.press: press file '../outside.py' is outside the workflow directory", marks=USER_CODE),
         ({"mine": {"press": "KnormPress", "kwargs": {"window": 3}}}, ["mine"], "custom_methods.mine.kwargs: KnormPress does not take ['window']"),
         ({"snapkv": {"press": "KnormPress"}}, ["snapkv"], "custom_methods.snapkv shadows the built-in method 'snapkv' (SnapKV)"),
         ({"mine": {"press": "CriticalKVPress", "inner": "adakv_snapkv"}}, ["mine"], "custom_methods.mine does not build: AssertionError: CriticalKVPress requires a ScorerPress"),

@@ -15,8 +15,9 @@ import re
 from pathlib import Path
 
 from kvcache_bench.methods.catalogue import WRAPPER_CLASSES
-from kvcache_bench.methods.constructions import constructor_fields, press_file_of, resolve_class
+from kvcache_bench.methods.constructions import constructor_fields, press_file_of, press_spelling_problem, resolve_class
 from kvcache_bench.methods.registry import METHODS, UnknownMethodError, build_press, did_you_mean
+from kvcache_bench.methods.user_code import UserCodeError, check_in_child
 
 NAME = re.compile(r"^[a-z0-9_]+$")
 
@@ -140,10 +141,8 @@ def unknown_method_problems(config: dict) -> list[str]:
 
 def _settings_problems(name: str, settings: dict, custom_methods: dict, workdir: str) -> list[str]:
     where = f"custom_methods.{name}"
-    if name in METHODS:
-        return [f"{where} shadows the built-in method {name!r} ({METHODS[name].label}); choose another name"]
-    if not NAME.match(name):
-        return [f"{where}: a method name is lower-case letters, digits and _ (it is part of result paths)"]
+    if named := _named_problems(name, settings, workdir):
+        return named
     try:
         press_class = resolve_class(settings["press"], workdir)
     except ValueError as error:
@@ -180,11 +179,88 @@ def _settings_problems(name: str, settings: dict, custom_methods: dict, workdir:
     return problems
 
 
+def _named_problems(name: str, settings: dict, workdir: str) -> list[str]:
+    """What the name and the press's spelling tell, without importing anything."""
+    where = f"custom_methods.{name}"
+    if name in METHODS:
+        return [f"{where} shadows the built-in method {name!r} ({METHODS[name].label}); choose another name"]
+    if not NAME.match(name):
+        return [f"{where}: a method name is lower-case letters, digits and _ (it is part of result paths)"]
+    problem = press_spelling_problem(settings.get("press"), workdir)
+    return [f"{where}.press: {problem}"] if problem else []
+
+
+def runs_user_code(press) -> bool:
+    """Whether a ``press`` setting names a researcher's module (a file or an importable module), not a kvpress
+    class: kvpress is the environment's pinned package, trusted as the rest of it is; a researcher's module may
+    do anything at import."""
+    return isinstance(press, str) and ":" in press
+
+
+def methods_running_user_code(custom_methods: dict | None, names=None) -> list[str]:
+    """The custom methods (of ``names``, default all) whose construction imports a researcher's module: their own
+    press, or an inner method's at any depth (building the wrapper builds it)."""
+    custom_methods = custom_methods or {}
+    return [
+        name
+        for name in (custom_methods if names is None else names)
+        if any(runs_user_code((s or {}).get("press")) for s in methods_needed(name, custom_methods).values())
+    ]
+
+
+def checked_in_a_child(name: str, custom_methods: dict, workdir: str) -> list[str]:
+    """A method's checks as the child process of ``methods.user_code`` runs them."""
+    return _settings_problems(name, custom_methods[name], custom_methods, workdir)
+
+
+CHILD_CHECK = f"{__name__}:checked_in_a_child"
+
+
+def refuse_failing_user_code(method: str, custom_methods: dict | None, workdir: str = ".") -> None:
+    """For the job that first builds a custom method (check_method): its user code imported in a child, then here
+    with exits caught, both before the method is measured. The measurement records a press that raises as one
+    that "fails" on the tiny model (its cells are listed as not run); a press that cannot even be imported is the
+    config's error, so the job fails naming the file, as the parse would. A press that behaves otherwise in a job
+    (a GPU, a file that exists only then) is why the job checks again."""
+    import threading
+
+    from kvcache_bench.methods.kvpress_import import import_kvpress
+
+    if not methods_running_user_code(custom_methods, [method]):
+        return
+    needed = methods_needed(method, custom_methods)
+    # The child imports torch and kvpress from nothing (seconds); this job imports kvpress too, meanwhile, and
+    # touches no user code until the child has answered.
+    answer = {}
+    probe = threading.Thread(target=lambda: answer.update(check_in_child([method], needed, workdir, CHILD_CHECK)))
+    probe.start()
+    try:
+        import_kvpress()
+    finally:
+        probe.join()
+    if problems := answer[method]:
+        raise UserCodeError("\n".join(problems))
+    for settings in needed.values():
+        if runs_user_code(settings.get("press")):
+            resolve_class(settings["press"], workdir)
+
+
 def custom_method_problems(config: dict, workdir: str | os.PathLike = ".") -> list[str]:
-    """Everything wrong with ``custom_methods``, and any method name no method has. Imports kvpress only when
-    the config defines custom methods (their classes must be checked against it)."""
+    """Everything wrong with ``custom_methods``, and any method name no method has. A method built from kvpress's
+    classes alone is checked here (importing kvpress); one whose construction imports a researcher's module is
+    checked in a child process (``methods.user_code``: an exit, a crash or a hang at import is refused there,
+    naming the file, instead of ending this process, Snakemake's own at parse)."""
     custom_methods = config.get("custom_methods") or {}
+    workdir = str(workdir)
+    named = {name: _named_problems(name, settings, workdir) for name, settings in custom_methods.items()}
+    in_child = [name for name in methods_running_user_code(custom_methods) if not named[name]]
+    checked = check_in_child(in_child, custom_methods, workdir, CHILD_CHECK) if in_child else {}
     problems = []
     for name, settings in custom_methods.items():
-        problems += _settings_problems(name, settings, custom_methods, str(workdir))
+        if named[name]:
+            problems += named[name]
+        elif name in checked:
+            problems += checked[name]
+        else:
+            problems += _settings_problems(name, settings, custom_methods, workdir)
     return problems + unknown_method_problems(config)

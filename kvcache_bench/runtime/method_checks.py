@@ -28,10 +28,14 @@ def run_check_job(job) -> None:
     """The check_method rule's job: one method's properties and their manifest."""
     from kvcache_bench.files import write_json_atomic
     from kvcache_bench.manifest import write_manifest
+    from kvcache_bench.methods.custom import refuse_failing_user_code
     from kvcache_bench.workflow import logging_to, params_of, settings_of
 
     with logging_to(job):
         p = settings_of(job)
+        # before measure(), which records a press that raises as one that "fails" (its cells not run, exit 0): a
+        # press module that exits, crashes or hangs at import fails this job, naming the file
+        refuse_failing_user_code(p.method, p.custom_methods, os.getcwd())
         properties = measure(p.method, p.method_kwargs, p.custom_methods, os.getcwd())
         write_json_atomic(job.output.properties, properties)
         write_manifest(job.output.properties, params_of(job), None)

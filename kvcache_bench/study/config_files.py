@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 
 import yaml
 
@@ -102,22 +103,133 @@ class CommandLineConfigError(ValueError):
     """A `--config` value that would reach the config as something other than what was typed."""
 
 
-def refuse_numbers_as_text(overrides: dict, schema: dict) -> None:
-    """`--config retentions=[0.25]` reaches the config as ``['0.25']``: Snakemake parses a bare value as a number
-    but a list's items as text, and the schema would only say "'0.25' is not of type 'number'". Refused naming
-    the key and what to write instead, for each top-level list whose schema items are numbers."""
-    for key, value in (overrides or {}).items():
-        items = ((schema.get("properties") or {}).get(key) or {}).get("items") or {}
-        if not isinstance(value, list) or items.get("type") not in ("number", "integer"):
+def _number_from_text(text: str, integer: bool):
+    """The number a text item stands for (``"0.25"``; ``"50%"`` as 0.5 where a fraction is taken), or None."""
+    stripped = text.strip()
+    percent = stripped.endswith("%") and not integer
+    try:
+        value = float(stripped.removesuffix("%") if percent else stripped)
+    except ValueError:
+        return None
+    if value != value or value in (float("inf"), float("-inf")):
+        return None
+    if percent:
+        return round(value / 100, 12)
+    if integer:
+        return int(value) if value.is_integer() else None
+    return int(value) if value.is_integer() and "." not in stripped else value
+
+
+def _numbers_as_text(value, items: dict):
+    """(the items that are text, the list written as numbers or None when one of them is no number)."""
+    texts = [item for item in value if isinstance(item, str)]
+    integer = items.get("type") == "integer"
+    numbers = [_number_from_text(item, integer) if isinstance(item, str) else item for item in value]
+    return texts, None if any(number is None for number in numbers) else numbers
+
+
+def _flow_list(key: str, numbers: list) -> str:
+    return f"{key}: [{', '.join(repr(n) for n in numbers)}]"
+
+
+def _number_lists(schema: dict):
+    """{key: its item schema} for each top-level setting whose items are numbers."""
+    lists = {}
+    for key, setting in (schema.get("properties") or {}).items():
+        items = (setting or {}).get("items") or {}
+        if items.get("type") in ("number", "integer"):
+            lists[key] = items
+    return lists
+
+
+def _what_it_takes(key: str, schema: dict, items: dict) -> str:
+    description = ((schema.get("properties") or {}).get(key) or {}).get("description")
+    return f"{key} takes {'whole ' if items.get('type') == 'integer' else ''}numbers" + (
+        f" ({description})" if description else ""
+    )
+
+
+def _where_in_file(path: str, key: str) -> tuple[int, int] | None:
+    """The first and last line of a top-level ``key`` and its list in a YAML file (1-based), or None."""
+    with open(path, encoding="utf-8") as handle:
+        root = yaml.compose(handle, Loader=yaml.SafeLoader)
+    if not isinstance(root, yaml.MappingNode):
+        return None
+    for key_node, value_node in root.value:
+        if isinstance(key_node, yaml.ScalarNode) and key_node.value == key:
+            if isinstance(value_node, yaml.SequenceNode) and not value_node.flow_style and value_node.value:
+                last = value_node.value[-1].end_mark  # a block list ends where the next key starts
+            else:
+                last = value_node.end_mark
+            ends_next_line = last.column == 0 and last.line > key_node.start_mark.line
+            return key_node.start_mark.line + 1, last.line + 1 - ends_next_line
+    return None
+
+
+def _shown(path: str) -> str:
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith("..") else str(path)
+
+
+def refuse_numbers_as_text(overrides: dict, schema: dict, config_files=()) -> None:
+    """A list of numbers that reaches the config as text is refused naming where it came from and what to write.
+
+    ``overrides`` are the values given with `--config` alone (Snakemake's ``config_settings.config``; its
+    ``overwrite_config`` also holds every --configfile's values, and a config file's ``retentions: ['50%']`` was
+    once blamed on --config). `--config retentions=[0.25]` reaches the config as ``['0.25']``: Snakemake parses a
+    bare value as a number but a list's items as text; the remedy is a file, written by a command that works as
+    printed (`echo`: the old `printf 'retentions: [50%]\\n'` failed in printf, `%` being its format character,
+    and `[50%]` was still text in YAML). ``config_files`` are the study's config files, in the order Snakemake
+    merges them: a list there holding text (``'0.25'``, ``50%``) is named with the file and its lines, and the
+    line to write instead. The schema alone would only say "'0.25' is not of type 'number'"."""
+    lists = _number_lists(schema)
+    overrides = dict(overrides or {})
+    for key, value in overrides.items():
+        if key not in lists or not isinstance(value, list):
             continue
-        texts = [item for item in value if isinstance(item, str)]
-        if texts:
-            raise CommandLineConfigError(
-                f"--config {key}=[...] gave the list {value!r}: Snakemake passes a list's items as text, and "
-                f"{key} takes numbers. Put the list in a file and add it after the study's: "
-                f"printf '{key}: [{', '.join(texts)}]\\n' > my-{key}.yaml, then --configfile <study's config> "
-                f"my-{key}.yaml"
-            )
+        texts, numbers = _numbers_as_text(value, lists[key])
+        if not texts:
+            continue
+        message = (
+            f"--config {key}=[...] gave the list {value!r}: Snakemake passes a list's items as text, and "
+            f"{_what_it_takes(key, schema, lists[key])}. "
+        )
+        if numbers is None:
+            raise CommandLineConfigError(message + f"Write each of {texts!r} as a number, in a config file.")
+        files = " ".join(shlex.quote(_shown(path)) for path in config_files) or "<the study's config file>"
+        raise CommandLineConfigError(
+            message + "Put the list in a file, with this command:\n"
+            f"    echo '{_flow_list(key, numbers)}' > my-{key}.yaml\n"
+            f"then run your command again without `--config {key}=...`, adding at its end:\n"
+            f"    --configfile {files} my-{key}.yaml"
+        )
+    # a file's value counts where no later file and no --config replaces it (Snakemake merges them in that order)
+    last_file = {}
+    for path in config_files:
+        if os.path.exists(path):
+            for key, value in (read_config_file(path) or {}).items():
+                last_file[key] = (path, value)
+    for key, (path, value) in last_file.items():
+        if key not in lists or key in overrides or not isinstance(value, list):
+            continue
+        texts, numbers = _numbers_as_text(value, lists[key])
+        if not texts:
+            continue
+        first, last = _where_in_file(path, key) or (None, None)
+        if first is None:  # not found where YAML put it (not expected): the file alone
+            where = _shown(path)
+        elif first == last:
+            where = f"{_shown(path)}, line {first}"
+        else:
+            where = f"{_shown(path)}, lines {first}-{last}"
+        message = (
+            f"{where}: {key} holds {texts!r}, text and not numbers (YAML reads a quoted value, or one with %, as "
+            f"text), and {_what_it_takes(key, schema, lists[key])}. "
+        )
+        if numbers is None:
+            raise ConfigFileError(message + f"Write each of {texts!r} as a number.")
+        lines = "this line" if first == last else f"these {last - first + 1} lines"
+        raise ConfigFileError(message + f"Write instead of {lines}:\n    {_flow_list(key, numbers)}")
 
 
 def keep_workflow_config(config: dict, workflow, default_file: str = "config.yaml") -> str | None:
