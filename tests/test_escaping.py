@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from markdown_view import markup_left, raw_html, shown, tables_of
 
 from kvcache_bench.analysis.figures.quality_vs_retention import quality_vs_retention
 from kvcache_bench.analysis.figures.style import save_figure
@@ -40,29 +41,6 @@ HOSTILE = {
     "braces": "{method} {0}",  # Snakemake formats a str param with the wildcards
 }
 ORDINARY = [spec.label for spec in METHODS.values()] + ["Value norm", "value_norm", "my_press_2"]
-
-
-def gfm_cells(row: str) -> list[str]:
-    """A table row's cells as GitHub splits them: at each '|' not escaped by a backslash."""
-    return [cell.strip() for cell in re.split(r"(?<!\\)\|", row.strip())[1:-1]]
-
-
-def shown(markdown: str) -> str:
-    """What GitHub displays of escaped inline text: '\\|' is a bar in a table cell, then a backslash before ASCII
-    punctuation shows that character."""
-    return re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown.replace("\\|", "|"))
-
-
-def raw_html(markdown: str) -> list[str]:
-    """What GitHub would read as raw HTML or an autolink: '<' not escaped, then a letter, '/', '!' or '?' (a '<'
-    before a space, as in our own "small n (< 30)", is text). Code spans (a refused cell's target) left out."""
-    return re.findall(r"(?<!\\)<[A-Za-z/!?]", re.sub(r"`[^`|]*`", "", markdown))
-
-
-def markup_left(markdown: str) -> list[str]:
-    """Characters GitHub would read as syntax: any of these not escaped, and '_' not between two letters or digits."""
-    bare = re.sub(r"\\.", "", markdown)
-    return re.findall(r"[\\`*\[\]<>&$~|]|(?<![^\W_])_|_(?![^\W_])", bare)
 
 
 @pytest.mark.parametrize("label", list(HOSTILE.values()), ids=list(HOSTILE))
@@ -91,19 +69,6 @@ def hostile_summary() -> pd.DataFrame:
     rows = [summary_row("full_cache", 1.0, 50.0, "Full cache"), summary_row("snapkv", 0.5, 47.0, "SnapKV")]
     rows += [summary_row(f"mine_{i}", 0.5, 40.0 - i, label) for i, label in enumerate(HOSTILE.values())]
     return pd.DataFrame(rows)
-
-
-def tables_of(markdown: str) -> list[list[list[str]]]:
-    """Every table of a Markdown file, as rows of cells (the header row first, the rule row left out)."""
-    tables, current = [], []
-    for line in markdown.splitlines() + [""]:
-        if line.startswith("|"):
-            if not re.fullmatch(r"\|[-:| ]+\|", line):
-                current.append(gfm_cells(line))
-        elif current:
-            tables.append(current)
-            current = []
-    return tables
 
 
 def test_summary_ranking_and_padding_tables_keep_their_columns_and_show_hostile_labels_as_typed():
