@@ -1,0 +1,191 @@
+"""The multi-turn tables (issue 52): score by turn beside the full cache's, the paired drop after turn 1, and a
+one-question dataset named under "Not run" instead of an n = 0 row."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from kvcache_bench.analysis.aggregate import build_summary, per_example_frame
+from kvcache_bench.analysis.metrics import score_records
+from kvcache_bench.analysis.multi_turn import (
+    NO_CONVERSATION_REASON,
+    multi_turn_tables,
+    score_by_turn,
+    set_aside_multi_turn_without_examples,
+    turn_one_drop,
+)
+from kvcache_bench.analysis.summary_markdown import summary_markdown
+from kvcache_bench.escaping import markdown_text
+
+CONVERSATIONS = 20
+TURNS = 3
+
+
+def cell(method, retention=0.5, mode="multi_turn", decode=1):
+    return dict(dataset="ruler", task="niah_multikey_1", model="smollm2", method=method, question_mode=mode,
+                retention=retention, batch_size=1, decode_batch_size=decode)
+
+
+def turn_records(score_at):
+    """A multi-turn cell's score records: CONVERSATIONS conversations of TURNS turns, ``score_at(conversation, turn)``
+    each; example ids name the conversation and the question, as the same question is the same example in every cell."""
+    return [
+        {"id": f"c{c}-q{t}", "metric": "string_match", "score": score_at(c, t), "turn": t, "turns": TURNS,
+         "conversation_id": f"c{c}", "multi_turn_history": "reference"}
+        for c in range(CONVERSATIONS) for t in range(1, TURNS + 1)
+    ]
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+def full_cache_score(c, t):
+    return 0.0 if t == 3 and c % 2 == 0 else 1.0  # 100 at turns 1 and 2, 50 at turn 3
+
+
+def forgetting_press_score(c, t):
+    """Right at turn 1, wrong later, but for turn 2 of odd conversations: per conversation, turn 1 minus the later
+    turns' mean is 1 (even) or 0.5 (odd), 0.75 over all."""
+    return 1.0 if t == 1 or (t == 2 and c % 2 == 1) else 0.0
+
+
+@pytest.fixture
+def study(tmp_path):
+    cells = [cell("full_cache", 1.0), cell("snapkv"), cell("snapkv", mode="question_aware")]
+    records = [turn_records(full_cache_score), turn_records(forgetting_press_score),
+               [{"id": "q0", "metric": "string_match", "score": 1.0}]]
+    files = [write(tmp_path / f"cell{k}.jsonl", r) for k, r in enumerate(records)]
+    per_example = per_example_frame(files, cells)
+    summary = build_summary(files, cells, seed=1, n_resamples=2000)
+    return files, cells, per_example, summary
+
+
+def test_per_example_keeps_each_turn_and_its_conversation_and_leaves_them_empty_for_other_modes(study, tmp_path):
+    _, _, per_example, _ = study
+    written = tmp_path / "per_example.csv"
+    per_example.to_csv(written, index=False)
+    text = written.read_text().splitlines()
+    assert text[0].endswith(",turn,turns,conversation_id")
+    assert any(line.endswith(",2,3,c0") for line in text)  # whole numbers, not 2.0
+    assert text[-1].endswith(",,,")  # the question-aware example has no turn
+    assert per_example[per_example["method"] == "snapkv"]["turn"].value_counts().to_dict() == {1: 20, 2: 20, 3: 20}
+
+
+def test_the_score_job_passes_each_prediction_turn_on_and_leaves_other_records_as_they_were():
+    prediction = {"id": "a", "prediction": "x", "references": ["x"]}
+    turned = score_records("qasper", [{**prediction, "turn": 2, "turns": 4, "conversation_id": "c7",
+                                       "multi_turn_history": "generated"}])[0]
+    assert (turned["turn"], turned["turns"], turned["conversation_id"], turned["multi_turn_history"]) == (
+        2, 4, "c7", "generated")
+    assert "turn" not in score_records("qasper", [prediction])[0]
+
+
+def test_score_by_turn_gives_each_turn_its_n_score_and_the_full_cache_at_that_turn(study):
+    _, _, per_example, summary = study
+    by_turn = score_by_turn(per_example, seed=1, n_resamples=2000)
+    assert set(by_turn["question_mode"]) == {"multi_turn"}  # the question-aware cell has no turns
+    press = by_turn[by_turn["method"] == "snapkv"].set_index("turn")
+    assert list(press["score"]) == [100.0, 50.0, 0.0]
+    assert list(press["full_cache_score"]) == [100.0, 100.0, 50.0]  # the full cache at that turn, not overall
+    assert list(press["diff_vs_full"]) == [0.0, -50.0, -50.0]
+    assert press.loc[1, ["diff_ci_low", "diff_ci_high"]].tolist() == [0.0, 0.0]
+    assert press.loc[2, "diff_ci_high"] < 0  # half the conversations lose the answer at turn 2: a real loss
+    summary_n = summary[(summary["method"] == "snapkv") & (summary["question_mode"] == "multi_turn")]["n"].iloc[0]
+    assert press["n"].sum() == summary_n == CONVERSATIONS * TURNS
+    assert (press["n_paired"] == CONVERSATIONS).all()
+    full = by_turn[by_turn["method"] == "full_cache"].set_index("turn")
+    assert list(full["score"]) == [100.0, 100.0, 50.0] and full["diff_vs_full"].isna().all()
+    assert (by_turn["ci_low"] <= by_turn["score"]).all() and (by_turn["score"] <= by_turn["ci_high"]).all()
+
+
+def test_a_turn_pairs_only_the_examples_both_cells_scored_at_it(study, tmp_path):
+    files, cells, _, _ = study
+    missing = [r for r in turn_records(forgetting_press_score) if r["id"] != "c0-q3"]
+    per_example = per_example_frame([files[0], write(tmp_path / "partial.jsonl", missing)], cells[:2])
+    at_three = score_by_turn(per_example, n_resamples=500).query("method == 'snapkv' and turn == 3").iloc[0]
+    assert (at_three["n"], at_three["n_paired"]) == (19, 19)
+    assert at_three["full_cache_score"] == pytest.approx(100 * 10 / 19, abs=0.01)  # c0 (a 0 at turn 3) left out: 10 of 19
+
+
+def test_the_drop_after_turn_1_is_paired_within_conversations_and_its_interval_excludes_0_when_a_press_forgets(study):
+    _, _, per_example, _ = study
+    drop = turn_one_drop(per_example, seed=1, n_resamples=2000).set_index("method")
+    press = drop.loc["snapkv"]
+    assert (press["n_conversations"], press["turn_one_score"], press["later_turns_score"], press["drop"]) == (
+        20, 100.0, 25.0, 75.0)
+    assert 50.0 <= press["drop_ci_low"] and press["drop_ci_low"] > 0 and press["drop_ci_high"] <= 100.0
+    full = drop.loc["full_cache"]
+    assert (full["turn_one_score"], full["later_turns_score"], full["drop"]) == (100.0, 75.0, 25.0)
+    assert full["drop_ci_low"] <= 25.0 <= full["drop_ci_high"]
+
+
+def test_a_press_that_holds_every_turn_shows_no_drop(tmp_path):
+    steady = per_example_frame([write(tmp_path / "s.jsonl", turn_records(lambda c, t: float(c % 2)))], [cell("knorm")])
+    row = turn_one_drop(steady, n_resamples=500).iloc[0]
+    assert (row["drop"], row["drop_ci_low"], row["drop_ci_high"]) == (0.0, 0.0, 0.0)
+
+
+def test_a_conversation_without_a_later_turn_has_no_drop(tmp_path):
+    records = [r for r in turn_records(forgetting_press_score) if r["turn"] == 1 or r["conversation_id"] != "c0"]
+    per_example = per_example_frame([write(tmp_path / "p.jsonl", records)], [cell("snapkv")])
+    assert turn_one_drop(per_example, n_resamples=200).iloc[0]["n_conversations"] == CONVERSATIONS - 1
+
+
+def test_summary_md_gives_the_turns_and_the_drop_in_their_own_sections_labels_as_literal_text(study, tmp_path):
+    files, cells, _, _ = study
+    labels = {"snapkv": "Snap|KV <b>"}
+    per_example = per_example_frame(files, cells, labels)
+    summary = build_summary(files, cells, seed=1, n_resamples=500, labels=labels)
+    markdown = summary_markdown(summary, multi_turn=multi_turn_tables(per_example, seed=1, n_resamples=500))
+    by_turn = markdown.split("## Multi-turn: score by turn", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in by_turn.splitlines() if line.startswith("| Snap")]
+    assert [cells_of(line)[4:7] for line in rows] == [["1", "20", "100.00"], ["2", "20", "50.00"], ["3", "20", "0.00"]]
+    assert [cells_of(line)[8:10] for line in rows] == [["100.00", "+0.00"], ["100.00", "-50.00"], ["50.00", "-50.00"]]
+    assert rows[0].startswith(f"| {markdown_text(labels['snapkv'])} | 50% |") and "<b>" not in markdown  # literal text
+    drop = markdown.split("## Multi-turn: drop from turn 1 to the later turns", 1)[1].split("\n## ", 1)[0]
+    press = next(cells_of(line) for line in drop.splitlines() if line.startswith("| Snap"))
+    assert press[4:8] == ["20", "100.00", "25.00", "+75.00"]
+    assert "Multi-turn" not in summary_markdown(summary)  # nothing asked, nothing written
+
+
+def cells_of(line: str) -> list[str]:
+    """A Markdown table row's cells ('\\|' is a literal bar inside a cell)."""
+    return [c.strip() for c in line.replace("\\|", "\x00").strip("|").split("|")]
+
+
+def test_a_multi_turn_cell_with_no_example_is_not_run_with_its_reason_never_an_n_0_row(study, tmp_path):
+    files, cells, _, _ = study
+    empty = write(tmp_path / "empty.jsonl", [])
+    asked = [*files, empty, empty]
+    every_cell = [*cells, cell("knorm"), cell("knorm", mode="other_question")]
+    kept = set_aside_multi_turn_without_examples(asked, every_cell, [60] * 5, [3, 3, 1, 0, 0])
+    assert kept.cells == [*cells, cell("knorm", mode="other_question")]  # other_question keeps its flagged row
+    assert kept.score_files == [*files, empty] and kept.expected_n == [60] * 4
+    assert kept.not_run == [{"target": "ruler/niah_multikey_1/smollm2/knorm/multi_turn/retention-0.50_batch-1_decode-1",
+                             "problems": [NO_CONVERSATION_REASON]}]
+    summary = build_summary(kept.score_files, kept.cells, kept.expected_n, n_resamples=200)
+    assert not ((summary["question_mode"] == "multi_turn") & (summary["n"] == 0)).any()
+    markdown = summary_markdown(summary, not_run=kept.not_run)
+    not_run = markdown.split("## Not run: 1 cell(s)", 1)[1]
+    assert "`ruler/niah_multikey_1/smollm2/knorm/multi_turn/retention-0.50_batch-1_decode-1`" in not_run
+    assert "needs contexts with two or more questions" in not_run
+    assert "| Knorm | multi-turn |" not in markdown
+
+
+def test_a_multi_turn_example_without_its_turn_is_refused_rather_than_dropped(tmp_path):
+    records = turn_records(forgetting_press_score)
+    del records[4]["turn"]
+    per_example = per_example_frame([write(tmp_path / "p.jsonl", records)], [cell("snapkv")])
+    with pytest.raises(ValueError, match="1 multi_turn example"):
+        score_by_turn(per_example)
+
+
+def test_tables_of_a_study_without_multi_turn_are_empty(tmp_path):
+    per_example = per_example_frame([write(tmp_path / "q.jsonl", [{"id": "q", "metric": "m", "score": 1.0}])],
+                                    [cell("snapkv", mode="question_aware")])
+    tables = multi_turn_tables(per_example)
+    assert tables.empty and tables.drop.empty
+    assert isinstance(tables.by_turn, pd.DataFrame)
