@@ -33,11 +33,10 @@ from kvcache_bench.analysis.aggregate import (
     paired_difference,
     rng_for,
 )
+from kvcache_bench.analysis.versus import MULTI_TURN_MODE
 from kvcache_bench.methods.registry import METHODS
 from kvcache_bench.study.cells import Cell
 
-# The mode's wildcard string (study.question_modes.QuestionMode.MULTI_TURN): analysis names modes by their strings.
-MULTI_TURN_MODE = "multi_turn"
 # Why a multi-turn cell has no example: a conversation needs a second question on the same context.
 NO_CONVERSATION_REASON = (
     "multi_turn asks a context's questions one after another, and needs contexts with two or more questions; "

@@ -1,5 +1,5 @@
-"""The multi-turn tables (issue 52): score by turn beside the full cache's, the paired drop after turn 1, and a
-one-question dataset named under "Not run" instead of an n = 0 row."""
+"""The multi-turn mode's tables and figures (issue 52): score by turn beside the full cache's, the paired drop after
+turn 1, a one-question dataset named under "Not run" instead of an n = 0 row, and score against turn drawn."""
 
 import json
 
@@ -189,3 +189,103 @@ def test_tables_of_a_study_without_multi_turn_are_empty(tmp_path):
     tables = multi_turn_tables(per_example)
     assert tables.empty and tables.drop.empty
     assert isinstance(tables.by_turn, pd.DataFrame)
+
+
+# ----------------------------------------------------------------------------- the figures
+
+
+def drawn_lines(figure):
+    """{label: y values} of every labelled line of every panel, and the panels' titles."""
+    from matplotlib.axes import Axes
+
+    axes = [ax for ax in figure.findobj(Axes) if ax.get_visible()]
+    lines = {}
+    for ax in axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                lines.setdefault(line.get_label(), []).append(list(line.get_ydata()))
+    return lines, [ax.get_title() for ax in axes]
+
+
+@pytest.fixture
+def drawn_study(study, tmp_path):
+    """The study with a second retention: SnapKV at 25% forgets everything after turn 1."""
+    files, cells, _, _ = study
+    files = [*files, write(tmp_path / "quarter.jsonl", turn_records(lambda c, t: float(t == 1)))]
+    cells = [*cells, cell("snapkv", 0.25)]
+    per_example = per_example_frame(files, cells)
+    summary = build_summary(files, cells, [60, 60, 1, 60], seed=1, n_resamples=500)
+    return score_by_turn(per_example, seed=1, n_resamples=500), summary
+
+
+def test_the_figure_draws_each_press_over_the_turns_against_the_full_cache_at_each_turn(drawn_study):
+    import matplotlib.pyplot as plt
+
+    from kvcache_bench.analysis.figures.multi_turn import score_by_turn as score_by_turn_figure
+    from kvcache_bench.analysis.layout import layout_report
+
+    by_turn, summary = drawn_study
+    figure = score_by_turn_figure(by_turn, summary, title="t")
+    lines, titles = drawn_lines(figure)
+    # one panel per retention, most kept first; the full cache's reference in each, at its score at each turn
+    assert titles == ["50% of the KV cache kept · n = 20 per turn", "25% of the KV cache kept · n = 20 per turn"]
+    assert lines["Full cache (100% kept, batch 1) at each turn"] == [[100.0, 100.0, 50.0]] * 2
+    assert lines["SnapKV"] == [[100.0, 50.0, 0.0], [100.0, 0.0, 0.0]]
+    assert layout_report(figure)["problems"] == []
+    plt.close("all")
+
+
+def test_the_figure_leaves_out_a_cell_the_summary_flags_incomplete(drawn_study):
+    import matplotlib.pyplot as plt
+
+    from kvcache_bench.analysis.figures.multi_turn import score_by_turn as score_by_turn_figure
+
+    by_turn, summary = drawn_study
+    summary.loc[(summary["method"] == "snapkv") & (summary["retention"] == 0.25), "incomplete"] = True
+    lines, titles = drawn_lines(score_by_turn_figure(by_turn, summary))
+    assert titles == ["50% of the KV cache kept · n = 20 per turn"] and lines["SnapKV"] == [[100.0, 50.0, 0.0]]
+    plt.close("all")
+
+
+def test_a_study_with_no_multi_turn_cell_to_draw_gets_a_sentence(drawn_study):
+    import matplotlib.pyplot as plt
+
+    from kvcache_bench.analysis.figures.multi_turn import NO_MULTI_TURN_CELLS
+    from kvcache_bench.analysis.figures.multi_turn import score_by_turn as score_by_turn_figure
+
+    by_turn, summary = drawn_study
+    figure = score_by_turn_figure(by_turn.iloc[0:0], summary)
+    assert NO_MULTI_TURN_CELLS in "\n".join(t.get_text() for t in figure.findobj(lambda a: type(a).__name__ == "Text"))
+    plt.close("all")
+
+
+def test_the_question_change_figure_gains_the_multi_turn_mode(drawn_study):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    from kvcache_bench.analysis.figures.palette import QUESTION_MODE_STYLES
+    from kvcache_bench.analysis.figures.question_change import question_change
+    from kvcache_bench.analysis.versus import modes_in_order
+
+    assert modes_in_order(["multi_turn", "other_question", "question_aware"]) == [
+        "question_aware", "other_question", "multi_turn"]
+    _, summary = drawn_study
+    rows = [
+        dict(cell("snapkv", mode=mode), id=f"c{c}-q{t}", metric="string_match", score=score, label="SnapKV")
+        for mode, score_at in (("question_aware", lambda c, t: 1.0), ("multi_turn", forgetting_press_score))
+        for c in range(CONVERSATIONS) for t in range(1, TURNS + 1) for score in [score_at(c, t)]
+    ]
+    aware = summary[summary["question_mode"] == "multi_turn"].assign(question_mode="question_aware")
+    figure = question_change(pd.concat([summary, aware]), pd.DataFrame(rows), n_resamples=300)
+    multi = to_rgb(QUESTION_MODE_STYLES["multi_turn"]["color"])
+    differences = [
+        container.lines[0].get_xdata()
+        for ax in figure.axes + [a for sub in figure.subfigs for a in sub.get_axes()]
+        for container in ax.containers
+        if hasattr(container, "lines") and to_rgb(container.lines[0].get_color()) == multi
+    ]
+    # question-aware minus multi-turn on the same examples: 1 - 1/2 of the turns right, per example
+    assert any(list(x) == pytest.approx([50.0]) for x in differences)
+    assert "multi-turn (every turn of a conversation on one cache)" in [
+        t.get_text() for t in figure.findobj(lambda a: type(a).__name__ == "Text")]
+    plt.close("all")
