@@ -51,8 +51,9 @@ with logging_to(job):
     multi_turn = multi_turn_tables(per_example, job.params.seed, job.params.n_resamples)
     written = [(job.output.summary, summary), (job.output.per_example, per_example), (job.output.markdown, summary)]
     # the multi-turn tables are outputs of a study that asks the mode (rules/common.smk, multi_turn_table_outputs)
+    outputs = dict(job.output.items())
     for name, table in (("multi_turn_by_turn", multi_turn.by_turn), ("multi_turn_drop", multi_turn.drop)):
-        if name in job.output.keys():
+        if name in outputs:
             with atomic_path(job.output[name]) as tmp:
                 table.to_csv(tmp, index=False)
             written.append((job.output[name], table))

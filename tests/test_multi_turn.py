@@ -289,3 +289,55 @@ def test_the_question_change_figure_gains_the_multi_turn_mode(drawn_study):
     assert "multi-turn (every turn of a conversation on one cache)" in [
         t.get_text() for t in figure.findobj(lambda a: type(a).__name__ == "Text")]
     plt.close("all")
+
+
+# ----------------------------------------------------------------------------- the jobs, end to end
+
+
+def run_script(name, job):
+    import runpy
+    from pathlib import Path
+
+    runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / name), init_globals={"snakemake": job})
+
+
+def test_the_aggregate_job_writes_the_multi_turn_tables_with_manifests_and_the_figure_job_reads_them_verified(
+    study, tmp_path
+):
+    import kvcache_bench.analysis.figures  # noqa: F401 (matplotlib's Agg backend, as the figure job has it)
+    from kvcache_bench.manifest import ManifestMismatchError, verify_against_manifest, write_manifest
+    from kvcache_bench.workflow import ScriptJob
+
+    files, cells, _, _ = study
+    empty = write(tmp_path / "one_question.jsonl", [])  # multi_turn on contexts of one question each
+    files, cells = [*files, empty], [*cells, cell("knorm")]
+    for path, asked in zip(files, cells):
+        write_manifest(path, asked)
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    output = {name: str(tables / file) for name, file in (
+        ("summary", "summary.csv"), ("per_example", "per_example.csv"), ("markdown", "summary.md"),
+        ("multi_turn_by_turn", "multi_turn_by_turn.csv"), ("multi_turn_drop", "multi_turn_drop.csv"))}
+    params = dict(cells=cells, expected_n=[60, 60, 1, 60], not_run=[], predictions_only=[], seed=1, small_n=30,
+                  n_resamples=300, labels={})
+    run_script("aggregate.py", ScriptJob({"scores": files}, output, params, []))
+    by_turn = pd.read_csv(output["multi_turn_by_turn"])
+    assert by_turn.query("method == 'snapkv'")["score"].tolist() == [100.0, 50.0, 0.0]
+    assert pd.read_csv(output["multi_turn_drop"]).query("method == 'snapkv'")["drop"].iloc[0] == 75.0
+    for path in output.values():
+        verify_against_manifest(path)  # each table beside its manifest, which records its bytes
+    markdown = (tables / "summary.md").read_text()
+    assert "## Multi-turn: score by turn" in markdown and NO_CONVERSATION_REASON in markdown
+    assert "knorm" not in pd.read_csv(output["summary"])["method"].tolist()  # not run, not an n = 0 row
+
+    figure = dict(png=str(tmp_path / "multi_turn.png"), svg=str(tmp_path / "multi_turn.svg"))
+    figure_params = dict(title="t", band_alpha=0.15, highlight={}, strongest=3)
+    inputs = {"summary": output["summary"], "by_turn": output["multi_turn_by_turn"]}
+    run_script("figure_multi_turn.py", ScriptJob(inputs, figure, figure_params, []))
+    assert (tmp_path / "multi_turn.png").stat().st_size > 0 and (tmp_path / "multi_turn.png.manifest.json").exists()
+
+    edited = output["multi_turn_by_turn"]
+    with open(edited, "a") as handle:
+        handle.write(by_turn.iloc[-1:].to_csv(index=False, header=False))
+    with pytest.raises(ManifestMismatchError, match="multi_turn_by_turn.csv"):
+        run_script("figure_multi_turn.py", ScriptJob(inputs, figure, figure_params, []))
