@@ -341,3 +341,23 @@ def test_the_aggregate_job_writes_the_multi_turn_tables_with_manifests_and_the_f
         handle.write(by_turn.iloc[-1:].to_csv(index=False, header=False))
     with pytest.raises(ManifestMismatchError, match="multi_turn_by_turn.csv"):
         run_script("figure_multi_turn.py", ScriptJob(inputs, figure, figure_params, []))
+
+
+def test_a_study_that_asks_multi_turn_plans_its_tables_and_figure_and_one_that_does_not_plans_neither(workflow_copy):
+    from conftest import planned_jobs, run_snakemake, write_config
+
+    # The engine's branch lets the config ask the mode (schemas/config.schema.yaml); until then this copy does, and
+    # its cells are refused at parse as an unknown mode: the tables and the figure are planned from the config alone.
+    schema = workflow_copy / "schemas/config.schema.yaml"
+    modes = "enum: [question_aware, question_agnostic, other_question, same_question]"
+    schema.write_text(schema.read_text().replace(modes, modes[:-1] + ", multi_turn]"))
+    write_config(workflow_copy, "config/demo.yaml", "multi-turn.yaml", question_modes=["question_aware", "multi_turn"])
+    asked = run_snakemake(workflow_copy, "-n", "--configfile", "config/multi-turn.yaml")
+    assert asked.returncode == 0, asked.stderr[-3000:]
+    assert planned_jobs(asked.stdout)["figure_multi_turn"] == 1
+    aggregate = asked.stdout.split("rule aggregate:", 1)[1].split("\n[", 1)[0]
+    assert "results/tables/multi_turn_by_turn.csv (update)" in aggregate
+    assert "results/tables/multi_turn_drop.csv.manifest.json (update)" in aggregate
+    plain = run_snakemake(workflow_copy, "-n", "--configfile", "config/demo.yaml")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    assert "figure_multi_turn" not in planned_jobs(plain.stdout) and "multi_turn_by_turn" not in plain.stdout
