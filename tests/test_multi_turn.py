@@ -138,7 +138,7 @@ def test_summary_md_gives_the_turns_and_the_drop_in_their_own_sections_labels_as
     files, cells, _, _ = study
     labels = {"snapkv": "Snap|KV <b>"}
     per_example = per_example_frame(files, cells, labels)
-    summary = build_summary(files, cells, seed=1, n_resamples=500, labels=labels)
+    summary = build_summary(files, cells, [60, 80, 1], seed=1, n_resamples=500, labels=labels)  # SnapKV: 60 of 80
     markdown = summary_markdown(summary, multi_turn=multi_turn_tables(per_example, seed=1, n_resamples=500))
     by_turn = markdown.split("## Multi-turn: score by turn", 1)[1].split("\n## ", 1)[0]
     rows = [line for line in by_turn.splitlines() if line.startswith("| Snap")]
@@ -148,6 +148,11 @@ def test_summary_md_gives_the_turns_and_the_drop_in_their_own_sections_labels_as
     drop = markdown.split("## Multi-turn: drop from turn 1 to the later turns", 1)[1].split("\n## ", 1)[0]
     press = next(cells_of(line) for line in drop.splitlines() if line.startswith("| Snap"))
     assert press[4:8] == ["20", "100.00", "25.00", "+75.00"]
+    # flagged as the cells' tables are: 20 examples a turn (and 20 conversations) is under 30, SnapKV is incomplete
+    assert [cells_of(line)[-1] for line in rows] == ["INCOMPLETE cell, small n (< 30)"] * 3
+    assert press[-1] == "INCOMPLETE cell, small n (< 30 conversations)"
+    full = next(cells_of(line) for line in by_turn.splitlines() if line.startswith("| Full cache"))
+    assert full[-1] == "small n (< 30)"
     assert "Multi-turn" not in summary_markdown(summary)  # nothing asked, nothing written
 
 

@@ -16,6 +16,7 @@ import pandas as pd
 
 from kvcache_bench.analysis.aggregate import (
     BASELINE_BATCH_SIZE,
+    CELL_COLUMNS,
     CONFIDENCE,
     NO_EXAMPLE_REASON,
     SMALL_N,
@@ -202,12 +203,13 @@ def sliding_layer_notes(summary: pd.DataFrame) -> list[str]:
 
 MULTI_TURN_HEAD = [
     "| method | KV kept | batch | decode batch | turn | n | score | 95% CI | full cache at this turn | "
-    "Δ vs full cache | 95% CI (paired) |",
-    "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    "Δ vs full cache | 95% CI (paired) | flags |",
+    "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
 ]
 DROP_HEAD = [
-    "| method | KV kept | batch | decode batch | conversations | turn 1 | later turns | drop | 95% CI (paired) |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    "| method | KV kept | batch | decode batch | conversations | turn 1 | later turns | drop | 95% CI (paired) | "
+    "flags |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
 ]
 
 
@@ -215,12 +217,26 @@ def _number(value) -> str:
     return "" if pd.isna(value) else f"{value:.2f}"
 
 
-def multi_turn_sections(tables: MultiTurnTables) -> list[str]:
+def _cell_key(row) -> tuple[str, ...]:
+    return tuple(str(getattr(row, column)) for column in CELL_COLUMNS)
+
+
+def multi_turn_sections(tables: MultiTurnTables, summary: pd.DataFrame, small_n: int = SMALL_N) -> list[str]:
     """summary.md's multi-turn sections (analysis.multi_turn): per dataset/task/model, each cell's score at each
     turn beside the full cache's at that turn, then the drop from turn 1 to the later turns, paired within
-    conversations. Labels are the user's text: literal Markdown, as in every table here."""
+    conversations. Flagged as the cells' tables are: a cell the summary flags incomplete, fewer than ``small_n``
+    examples at a turn (or conversations in the drop), a turn paired on fewer examples than it scored. Labels are
+    the user's text: literal Markdown, as in every table here."""
     if tables.empty:
         return []
+    incomplete = {_cell_key(row) for row in summary[summary["incomplete"].astype(bool)].itertuples()}
+
+    def flags(row, n: int, what: str = "") -> str:
+        marks = ["INCOMPLETE cell"] if _cell_key(row) in incomplete else []
+        marks += [f"small n (< {small_n}{what})"] if n < small_n else []
+        if not pd.isna(getattr(row, "diff_vs_full", float("nan"))) and row.n_paired < row.n:
+            marks.append(f"paired on {row.n_paired}")
+        return ", ".join(marks)
 
     def label_of(frame):
         label = labeller(frame)
@@ -247,7 +263,7 @@ def multi_turn_sections(tables: MultiTurnTables) -> list[str]:
             lines.append(
                 f"| {label(row.method)} | {setting(row)} | {row.turn} | {row.n} | {row.score:.2f} | "
                 f"{_interval(row.ci_low, row.ci_high)} | {_number(row.full_cache_score)} | {diff} | "
-                f"{_interval(row.diff_ci_low, row.diff_ci_high)} |"
+                f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {flags(row, row.n)} |"
             )
         lines.append("")
     drop = tables.drop
@@ -266,7 +282,8 @@ def multi_turn_sections(tables: MultiTurnTables) -> list[str]:
             change = "" if pd.isna(row.drop) else f"{row.drop:+.2f}"
             lines.append(
                 f"| {label(row.method)} | {setting(row)} | {row.n_conversations} | {_number(row.turn_one_score)} | "
-                f"{_number(row.later_turns_score)} | {change} | {_interval(row.drop_ci_low, row.drop_ci_high)} |"
+                f"{_number(row.later_turns_score)} | {change} | {_interval(row.drop_ci_low, row.drop_ci_high)} | "
+                f"{flags(row, row.n_conversations, ' conversations')} |"
             )
         lines.append("")
     return lines
@@ -352,7 +369,7 @@ def summary_markdown(
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(reference).itertuples()]
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(whole).itertuples()] + [""]
     if multi_turn is not None:
-        lines += multi_turn_sections(multi_turn)
+        lines += multi_turn_sections(multi_turn, summary, small_n)
     if not_run:
         lines += [
             f"## Not run: {len(not_run)} cell(s) the config asked for",
