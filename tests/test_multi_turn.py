@@ -306,26 +306,36 @@ def run_script(name, job):
     runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / name), init_globals={"snakemake": job})
 
 
-def test_the_aggregate_job_writes_the_multi_turn_tables_with_manifests_and_the_figure_job_reads_them_verified(
-    study, tmp_path
-):
-    import kvcache_bench.analysis.figures  # noqa: F401 (matplotlib's Agg backend, as the figure job has it)
-    from kvcache_bench.manifest import ManifestMismatchError, verify_against_manifest, write_manifest
+def run_aggregate(study, tables):
+    """scripts/aggregate.py on the study's score files and a multi-turn cell with no example, its tables in
+    ``tables``: {output name: path}."""
+    from kvcache_bench.manifest import write_manifest
     from kvcache_bench.workflow import ScriptJob
 
     files, cells, _, _ = study
-    empty = write(tmp_path / "one_question.jsonl", [])  # multi_turn on contexts of one question each
+    tables.mkdir(parents=True)
+    empty = write(tables.parent / "one_question.jsonl", [])  # multi_turn on contexts of one question each
     files, cells = [*files, empty], [*cells, cell("knorm")]
     for path, asked in zip(files, cells):
         write_manifest(path, asked)
-    tables = tmp_path / "tables"
-    tables.mkdir()
     output = {name: str(tables / file) for name, file in (
         ("summary", "summary.csv"), ("per_example", "per_example.csv"), ("markdown", "summary.md"),
         ("multi_turn_by_turn", "multi_turn_by_turn.csv"), ("multi_turn_drop", "multi_turn_drop.csv"))}
     params = dict(cells=cells, expected_n=[60, 60, 1, 60], not_run=[], predictions_only=[], seed=1, small_n=30,
                   n_resamples=300, labels={})
     run_script("aggregate.py", ScriptJob({"scores": files}, output, params, []))
+    return output
+
+
+def test_the_aggregate_job_writes_the_multi_turn_tables_with_manifests_and_the_figure_job_reads_them_verified(
+    study, tmp_path
+):
+    import kvcache_bench.analysis.figures  # noqa: F401 (matplotlib's Agg backend, as the figure job has it)
+    from kvcache_bench.manifest import ManifestMismatchError, verify_against_manifest
+    from kvcache_bench.workflow import ScriptJob
+
+    tables = tmp_path / "tables"
+    output = run_aggregate(study, tables)
     by_turn = pd.read_csv(output["multi_turn_by_turn"])
     assert by_turn.query("method == 'snapkv'")["score"].tolist() == [100.0, 50.0, 0.0]
     assert pd.read_csv(output["multi_turn_drop"]).query("method == 'snapkv'")["drop"].iloc[0] == 75.0
@@ -366,3 +376,22 @@ def test_a_study_that_asks_multi_turn_plans_its_tables_and_figure_and_one_that_d
     plain = run_snakemake(workflow_copy, "-n", "--configfile", "config/demo.yaml")
     assert plain.returncode == 0, plain.stderr[-3000:]
     assert "figure_multi_turn" not in planned_jobs(plain.stdout) and "multi_turn_by_turn" not in plain.stdout
+
+
+def test_reference_figures_draw_the_multi_turn_figure_of_a_committed_run_with_its_tables(study, tmp_path):
+    import shutil
+
+    from conftest import copy_workflow, planned_jobs, run_snakemake
+
+    output = run_aggregate(study, tmp_path / "made" / "tables")
+    workflow = copy_workflow(tmp_path / "workflow")
+    committed = workflow / "reference/multi-turn-run/tables"
+    committed.mkdir(parents=True)
+    for name in ("summary", "multi_turn_by_turn"):
+        for path in (output[name], output[name] + ".manifest.json"):
+            shutil.copy2(path, committed)
+    planned = planned_jobs(run_snakemake(workflow, "reference_figures", "-n", check=True).stdout)
+    assert planned.get("reference_figure_multi_turn") == 1
+    run_snakemake(workflow, "reference_figures", "--cores", "1", check=True)
+    png = workflow / "results/reference/multi-turn-run/figures/multi_turn.png"
+    assert json.loads(png.with_name(png.name + ".manifest.json").read_text())["layout"]["problems"] == []

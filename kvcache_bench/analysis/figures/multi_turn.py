@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import BASELINE_METHOD, retention_percent
@@ -9,12 +11,12 @@ from kvcache_bench.analysis.figures.cells import GROUP_COLUMNS, _group_label, _n
 from kvcache_bench.analysis.figures.palette import FAINT_COLOUR, FULL_CACHE_COLOUR, method_style
 from kvcache_bench.analysis.figures.panels import _faint_handle, _fit
 from kvcache_bench.analysis.figures.style import (
-    CHAR_EM,
     FIGURE_WIDTH_MAX,
     STYLE,
     _canvas,
     _empty_figure,
     _legend,
+    _legend_columns,
     _styled,
     _text_height,
 )
@@ -75,10 +77,11 @@ def score_by_turn(
     emphasised = set(highlight) - {BASELINE_METHOD}
     full_label = f"{label(BASELINE_METHOD)} (100% kept, batch 1) at each turn"
     entries = [full_label] + [label(m) for m in coloured] + ([_faint_handle(len(faint))[1]] if faint else [])
-    entry_inches = (max(len(text) for text in entries) * CHAR_EM * STYLE["legend.fontsize"] + 40) / 72
-    width = min(4.6 * len(retentions) + entry_inches + 0.3, FIGURE_WIDTH_MAX)
-    height = max(3.9 * len(groups) + 0.5, _text_height(len(entries) + 3) + 0.8)
-    figure, content = _canvas(max(width, 6.5), height, title)
+    # the legend under the panels: beside one panel, the figure's title ran into the legend's (layout rules)
+    width = max(min(4.6 * len(retentions), FIGURE_WIDTH_MAX), 6.5)
+    columns = _legend_columns(entries, width)
+    legend_height = _text_height(math.ceil(len(entries) / columns) + 2, STYLE["legend.fontsize"]) + 0.2
+    figure, content = _canvas(width, 3.9 * len(groups) + 0.5 + legend_height, title)
     axes = content.subplots(len(groups), len(retentions), squeeze=False, sharey="row")
     handles: dict[str, object] = {}
     for r, (dataset, task, model) in enumerate(groups):
@@ -130,9 +133,8 @@ def score_by_turn(
         content,
         [h for h, _ in legend],
         [t for _, t in legend],
-        "Multi-turn, in order of mean score;\nshading or whiskers: 95% bootstrap interval",
+        "Multi-turn, in order of mean score; shading or whiskers: 95% bootstrap interval",
         width,
-        loc="outside right upper",
-        columns=1,
+        columns=columns,
     )
     return figure
