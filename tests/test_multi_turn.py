@@ -395,3 +395,14 @@ def test_reference_figures_draw_the_multi_turn_figure_of_a_committed_run_with_it
     run_snakemake(workflow, "reference_figures", "--cores", "1", check=True)
     png = workflow / "results/reference/multi-turn-run/figures/multi_turn.png"
     assert json.loads(png.with_name(png.name + ".manifest.json").read_text())["layout"]["problems"] == []
+
+
+def test_an_edited_drop_outside_its_interval_is_named_by_the_readers_check(study):
+    from kvcache_bench.analysis.verified import interval_problems
+
+    _, _, per_example, _ = study
+    drop = turn_one_drop(per_example, seed=1, n_resamples=500)
+    assert interval_problems(drop) == []  # as the aggregate job writes it
+    drop.loc[drop["method"] == "snapkv", "drop"] = -75.0
+    (problem,) = interval_problems(drop)
+    assert "method snapkv" in problem and "drop -75 is outside its interval" in problem
