@@ -7,6 +7,7 @@ rule aggregate:
     # each restored if the job fails (restored_if_failed, rules/common.smk): it refuses a score file that is not
     # what its manifest says, and the finished tables are kept, not removed
     output:
+        **multi_turn_table_outputs(),
         summary=restored_if_failed(
             report(
                 "results/tables/summary.csv",

@@ -249,9 +249,15 @@ def study_steps():
         # the tables and figures no job reads but `snakemake --report` shows: an edited summary.md or ranking.md
         # would disagree with summary.csv there
         tables = [rules.aggregate.output.summary, rules.aggregate.output.per_example, rules.aggregate.output.markdown]
+        tables += [f"results/tables/{table}" for table in MULTI_TURN_TABLES]
         steps.append(Step(tables, scores))
         steps.append(Step([rules.ranking.output.ranking], [rules.aggregate.output.summary]))
-        steps += [Step([figure], tables[:2]) for figure in figure_files() if figure.endswith(".png")]
+        # each figure reads summary.csv and per_example.csv, but the multi-turn one, which reads its by-turn table
+        steps += [
+            Step([figure], tables[:2] if figure != rules.figure_multi_turn.output.png else [tables[0], tables[3]])
+            for figure in figure_files()
+            if figure.endswith(".png")
+        ]
     if padding:
         rows_read = [data_path(dataset, padding["task"]) for dataset in padding["datasets"]]
         for model in config["models"]:
@@ -284,8 +290,10 @@ def forced_outputs(steps, forced):
 
 
 def drawn_table_problem(path):
-    """A table a figure draws intervals from (summary.csv, a padding table): each interval holds its point."""
-    if path == rules.aggregate.output.summary or path.startswith("results/tables/padding_probe/"):
+    """A table a figure draws intervals from (summary.csv, a multi-turn table, a padding table): each interval holds
+    its point."""
+    multi_turn = [f"results/tables/{table}" for table in MULTI_TURN_TABLES]
+    if path == rules.aggregate.output.summary or path in multi_turn or path.startswith("results/tables/padding_probe/"):
         return summary_interval_problem(path)
     return None
 

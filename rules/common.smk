@@ -28,7 +28,13 @@ from kvcache_bench.study.sliding_layers import sliding_layers_of
 from kvcache_bench.study.question_modes import QUESTION_MODES
 from kvcache_bench.methods.custom import methods_needed, press_code_hash
 from kvcache_bench.methods.registry import METHODS, attention_implementation_for, did_you_mean
-from kvcache_bench.analysis.versus import ALL_IN_COLOUR_UP_TO, default_highlight, highlight_caption, label_of
+from kvcache_bench.analysis.versus import (
+    ALL_IN_COLOUR_UP_TO,
+    MULTI_TURN_MODE,
+    default_highlight,
+    highlight_caption,
+    label_of,
+)
 from kvcache_bench.methods.shipped_properties import parse_time_properties
 from kvcache_bench.study.prompts import ANSWERS_HIDDEN, KNOWN_TASKS
 from kvcache_bench.runtime.gpus import detected_gpu_count
@@ -137,6 +143,13 @@ FIGURES = ["quality_vs_retention", "paired_scatter", "batch_size"]
 # the cost of a changed question needs the mode the press saw it in and another mode
 if "question_aware" in config["question_modes"] and len(config["question_modes"]) > 1:
     FIGURES.append("question_change")
+# a conversation's score by turn and its drop after turn 1 (issue 52): tables and a figure of the multi-turn mode
+MULTI_TURN_TABLES = (
+    ["multi_turn_by_turn.csv", "multi_turn_drop.csv"] if MULTI_TURN_MODE in config["question_modes"] else []
+)
+TABLES += MULTI_TURN_TABLES
+if MULTI_TURN_TABLES:
+    FIGURES.append("multi_turn")
 # past eight methods the figures draw yours against the strongest and the baselines; the appendix draws them all
 if len({cell["method"] for cell in STUDY_CELLS} - {"full_cache"}) > ALL_IN_COLOUR_UP_TO:
     FIGURES.append("quality_by_family")
@@ -233,6 +246,17 @@ def restored_if_failed(output):
     still reruns while an input is newer. The study's own inputs are refused before any job (rules/checks.smk, 5):
     this keeps what a job can only refuse itself (a reference run's table, a file changed after the parse)."""
     return update(output)
+
+
+def multi_turn_table_outputs():
+    """The aggregate job's multi-turn tables and their manifests, in a study that asks the mode (none otherwise:
+    a study without it makes, and reruns, nothing new)."""
+    outputs = {}
+    for table in MULTI_TURN_TABLES:
+        name = table.removesuffix(".csv")
+        outputs[name] = restored_if_failed(f"results/tables/{table}")
+        outputs[f"{name}_manifest"] = restored_if_failed(f"results/tables/{table}.manifest.json")
+    return outputs
 
 
 def figure_outputs(name, subcategory=None, folder="results/figures", caption=None):

@@ -105,3 +105,26 @@ rule figure_question_change:
         strongest=config["figures"]["strongest"],
     script:
         "../scripts/figure_question_change.py"
+
+
+# The multi-turn mode's figure (issue 52), in a study that asks the mode: score against the turn of the conversation.
+rule figure_multi_turn:
+    input:
+        summary=rules.aggregate.output.summary,
+        by_turn="results/tables/multi_turn_by_turn.csv",
+    output:
+        **figure_outputs("multi_turn", "Quality"),
+    log:
+        "logs/figures/multi_turn.log",
+    localrule: True
+    conda:
+        "../envs/analysis.yaml"
+    params:
+        code=package_code("figure_multi_turn.py"),
+        title="Multi-turn: answer quality at each turn of the conversation",
+        band_alpha=0.15,
+        highlight=highlighted_methods(),
+        report_caption=figure_caption(),
+        strongest=config["figures"]["strongest"],
+    script:
+        "../scripts/figure_multi_turn.py"

@@ -2,7 +2,8 @@
 # above) with this checkout's own analysis code, on CPU in seconds:
 #   snakemake reference_figures --cores 1
 # A run contributes what it committed: its study tables (tables/summary.csv, tables/per_example.csv: every
-# figure of the study's own, the appendix past eight methods, the question-mode figure where it ran two modes)
+# figure of the study's own, the appendix past eight methods, the question-mode figure where it ran two modes, the
+# multi-turn figure where it committed tables/multi_turn_by_turn.csv)
 # and its padding probe reports (probes/padding/<task>/<model>/<method>.json). Across runs: each press's rank on one
 # model against another's (reference/ranking-across-models.yaml declares which runs).
 
@@ -56,6 +57,16 @@ use rule figure_question_change as reference_figure_question_change with:
         **figure_outputs("question_change", folder="results/reference/{run}/figures"),
     log:
         "logs/reference/{run}/figures/question_change.log",
+
+
+use rule figure_multi_turn as reference_figure_multi_turn with:
+    input:
+        summary="reference/{run}/tables/summary.csv",
+        by_turn="reference/{run}/tables/multi_turn_by_turn.csv",
+    output:
+        **figure_outputs("multi_turn", folder="results/reference/{run}/figures"),
+    log:
+        "logs/reference/{run}/figures/multi_turn.log",
 
 
 use rule padding_probe_table as reference_padding_probe_table with:

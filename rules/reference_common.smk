@@ -24,6 +24,9 @@ def reference_outputs():
                 outputs.append(f"results/reference/{run}/figures/paired_scatter.png")
                 if reference_has_question_change(tables):
                     outputs.append(f"results/reference/{run}/figures/question_change.png")
+            # a run of the multi-turn mode (issue 52) commits its score by turn beside its summary
+            if os.path.exists(os.path.join(tables, "multi_turn_by_turn.csv")):
+                outputs.append(f"results/reference/{run}/figures/multi_turn.png")
             if len(reference_column(tables, "method") - {"full_cache"}) > ALL_IN_COLOUR_UP_TO:
                 outputs.append(f"results/reference/{run}/figures/quality_by_family.png")
         for model_dir in sorted(glob.glob(os.path.join(run_dir, "probes", "padding", "*", "*"))):

@@ -158,7 +158,9 @@ def render_caption(name: str, params: dict, workdir: Path) -> str:
         os.chdir(here)
 
 
-@pytest.mark.parametrize("caption", ["quality_vs_retention", "paired_scatter", "question_change", "quality_by_family"])
+@pytest.mark.parametrize(
+    "caption", ["quality_vs_retention", "paired_scatter", "question_change", "quality_by_family", "multi_turn"]
+)
 def test_a_caption_names_hostile_labels_as_typed_and_reads_none_of_them_as_markup(caption, tmp_path):
     (tmp_path / "secret.txt").write_text("INCLUDED-FILE-CONTENT")
     labels = {

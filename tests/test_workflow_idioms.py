@@ -12,7 +12,7 @@ LOCAL_RULES = {
     "check_method", "doctor", "score", "aggregate", "ranking", "figure_quality_vs_retention",
     "figure_paired_scatter", "figure_batch_size", "figure_question_change", "perf_summary", "figure_perf", "perf_all", "plan",
     "sweep_cost", "padding_probe_table", "figure_padding_probe", "figure_quality_by_family", "kvpress_export",
-    "figure_needle_heatmap", "ranking_across_models",
+    "figure_needle_heatmap", "ranking_across_models", "figure_multi_turn",
 }
 
 

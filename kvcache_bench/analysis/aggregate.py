@@ -28,6 +28,8 @@ from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
 
 CELL_COLUMNS = ["dataset", "task", "model", "method", "question_mode", "retention", "batch_size", "decode_batch_size"]
 GROUP_COLUMNS = ["dataset", "task", "model", "question_mode"]
+# A multi-turn example's place in its conversation (analysis.multi_turn), kept in per_example.csv; empty elsewhere
+TURN_COLUMNS = ["turn", "turns", "conversation_id"]
 BASELINE_BATCH_SIZE = 1
 SUMMARY_COLUMNS = CELL_COLUMNS + [
     "label",
@@ -231,7 +233,9 @@ def baseline_scores(cell: dict, by_decode_batch: dict[int, dict[str, float]]) ->
 
 
 def per_example_frame(score_files: list[str], cells: list[dict], labels: dict[str, str] | None = None) -> pd.DataFrame:
-    """Every scored example, one row each, with its cell (and its method's label): the data behind every aggregate."""
+    """Every scored example, one row each, with its cell (and its method's label): the data behind every aggregate.
+    A multi-turn example keeps its turn, its conversation's number of turns and its conversation (``TURN_COLUMNS``),
+    the per-turn tables' data; they are empty for the other modes."""
     rows = []
     for path, cell in zip(score_files, cells):
         label = (labels or {}).get(cell["method"]) or method_label(cell["method"])
@@ -243,9 +247,12 @@ def per_example_frame(score_files: list[str], cells: list[dict], labels: dict[st
                     "id": record["id"],
                     "metric": record["metric"],
                     "score": float(record["score"]),
+                    **{column: record.get(column) for column in TURN_COLUMNS},
                 }
             )
-    return pd.DataFrame(rows, columns=CELL_COLUMNS + ["label", "id", "metric", "score"])
+    frame = pd.DataFrame(rows, columns=CELL_COLUMNS + ["label", "id", "metric", "score", *TURN_COLUMNS])
+    # whole numbers in the CSV ("2", not "2.0"), empty where the mode has no turns
+    return frame.astype({"turn": "Int64", "turns": "Int64"})
 
 
 QUESTION_CHANGE_COLUMNS = [

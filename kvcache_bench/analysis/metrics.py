@@ -230,6 +230,10 @@ MEASURED_FIELDS = (
     "sliding_layers_default",
 )
 
+# A multi-turn example's place in its conversation (issue 52; analysis.multi_turn reads them), kept when the
+# prediction has them: a record of another mode is as it was.
+TURN_FIELDS = ("turn", "turns", "conversation_id", "multi_turn_history")
+
 
 def score_records(task: str, predictions: list[dict]) -> list[dict]:
     name = metric_for(task).name
@@ -241,6 +245,7 @@ def score_records(task: str, predictions: list[dict]) -> list[dict]:
             "prediction": record["prediction"],
             "references": record["references"],
             **{field: record.get(field) for field in MEASURED_FIELDS},  # asked vs measured, for the table
+            **{field: record[field] for field in TURN_FIELDS if field in record},
         }
         for record in predictions
     ]

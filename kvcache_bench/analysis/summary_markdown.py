@@ -10,10 +10,13 @@ import for its constants and tables; only the aggregate script writes the Markdo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pandas as pd
 
 from kvcache_bench.analysis.aggregate import (
     BASELINE_BATCH_SIZE,
+    CELL_COLUMNS,
     CONFIDENCE,
     NO_EXAMPLE_REASON,
     SMALL_N,
@@ -24,6 +27,9 @@ from kvcache_bench.analysis.measured import cell_warnings, flagged_cells
 from kvcache_bench.analysis.versus import BASELINE_METHOD, labeller, modes_in_order
 from kvcache_bench.escaping import markdown_text
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS
+
+if TYPE_CHECKING:
+    from kvcache_bench.analysis.multi_turn import MultiTurnTables
 
 # What a note flags, and why it is known to happen (the docs that explain it). A flag without a known
 # cause says so: it is for the reader to investigate.
@@ -195,17 +201,107 @@ def sliding_layer_notes(summary: pd.DataFrame) -> list[str]:
     return notes
 
 
+MULTI_TURN_HEAD = [
+    "| method | KV kept | batch | decode batch | turn | n | score | 95% CI | full cache at this turn | "
+    "Δ vs full cache | 95% CI (paired) | flags |",
+    "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---|---|",
+]
+DROP_HEAD = [
+    "| method | KV kept | batch | decode batch | conversations | turn 1 | later turns | drop | 95% CI (paired) | "
+    "flags |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+]
+
+
+def _number(value) -> str:
+    return "" if pd.isna(value) else f"{value:.2f}"
+
+
+def _cell_key(row) -> tuple[str, ...]:
+    return tuple(str(getattr(row, column)) for column in CELL_COLUMNS)
+
+
+def multi_turn_sections(tables: MultiTurnTables, summary: pd.DataFrame, small_n: int = SMALL_N) -> list[str]:
+    """summary.md's multi-turn sections (analysis.multi_turn): per dataset/task/model, each cell's score at each
+    turn beside the full cache's at that turn, then the drop from turn 1 to the later turns, paired within
+    conversations. Flagged as the cells' tables are: a cell the summary flags incomplete, fewer than ``small_n``
+    examples at a turn (or conversations in the drop), a turn paired on fewer examples than it scored. Labels are
+    the user's text: literal Markdown, as in every table here."""
+    if tables.empty:
+        return []
+    incomplete = {_cell_key(row) for row in summary[summary["incomplete"].astype(bool)].itertuples()}
+
+    def flags(row, n: int, what: str = "") -> str:
+        marks = ["INCOMPLETE cell"] if _cell_key(row) in incomplete else []
+        marks += [f"small n (< {small_n}{what})"] if n < small_n else []
+        if not pd.isna(getattr(row, "diff_vs_full", float("nan"))) and row.n_paired < row.n:
+            marks.append(f"paired on {row.n_paired}")
+        return ", ".join(marks)
+
+    def label_of(frame):
+        label = labeller(frame)
+        return lambda method: markdown_text(label(method))
+
+    def setting(row) -> str:
+        return f"{retention_percent(row.retention)} | {row.batch_size} | {row.decode_batch_size}"
+
+    lines = [
+        "## Multi-turn: score by turn",
+        "",
+        "In the multi-turn mode a context's questions are asked one after another on one cache: turn 1 is "
+        "compressed with the first question, each later turn appends the previous answer and the next question. "
+        f"Score at each turn with its {CONFIDENCE:.0%} bootstrap interval, beside the full cache's score at that turn "
+        "on the same examples and the paired difference to it (results/tables/multi_turn_by_turn.csv).",
+        "",
+    ]
+    by_turn = tables.by_turn
+    label = label_of(by_turn)
+    for (dataset, task, model), group in by_turn.groupby(["dataset", "task", "model"], sort=True):
+        lines += [f"### {dataset} / {task} / {model} ({group['metric'].iloc[0]} x100)", ""] + MULTI_TURN_HEAD
+        for row in group.itertuples():
+            diff = "" if pd.isna(row.diff_vs_full) else f"{row.diff_vs_full:+.2f}"
+            lines.append(
+                f"| {label(row.method)} | {setting(row)} | {row.turn} | {row.n} | {row.score:.2f} | "
+                f"{_interval(row.ci_low, row.ci_high)} | {_number(row.full_cache_score)} | {diff} | "
+                f"{_interval(row.diff_ci_low, row.diff_ci_high)} | {flags(row, row.n)} |"
+            )
+        lines.append("")
+    drop = tables.drop
+    label = label_of(drop)
+    lines += [
+        "## Multi-turn: drop from turn 1 to the later turns",
+        "",
+        "Per conversation, turn 1's score minus the mean of its later turns' scores, averaged over conversations "
+        f"(x100; positive: the score fell after turn 1), with a {CONFIDENCE:.0%} bootstrap interval over "
+        "conversations: an interval that excludes 0 is a change the data shows (results/tables/multi_turn_drop.csv).",
+        "",
+    ]
+    for (dataset, task, model), group in drop.groupby(["dataset", "task", "model"], sort=True):
+        lines += [f"### {dataset} / {task} / {model} ({group['metric'].iloc[0]} x100)", ""] + DROP_HEAD
+        for row in group.itertuples():
+            change = "" if pd.isna(row.drop) else f"{row.drop:+.2f}"
+            lines.append(
+                f"| {label(row.method)} | {setting(row)} | {row.n_conversations} | {_number(row.turn_one_score)} | "
+                f"{_number(row.later_turns_score)} | {change} | {_interval(row.drop_ci_low, row.drop_ci_high)} | "
+                f"{flags(row, row.n_conversations, ' conversations')} |"
+            )
+        lines.append("")
+    return lines
+
+
 def summary_markdown(
     summary: pd.DataFrame,
     small_n: int = SMALL_N,
     not_run: list[dict] | None = None,
     predictions_only: list[str] | None = None,
+    multi_turn: MultiTurnTables | None = None,
 ) -> str:
     """The table people read: warnings, then notes (what a reader should not miss), then per dataset/task/model
     one table for the full cache and one per retention, methods best first (the full cache's batch-1 rows
-    heading each as the reference), then the cells the config asked for that were refused before any job
-    (``not_run``: each cell's target and why) and those whose answers are hidden (``predictions_only``: their
-    targets), so none is silently missing."""
+    heading each as the reference), then the multi-turn cells' score by turn and their drop after turn 1
+    (``multi_turn``, when the study ran the mode), then the cells the config asked for that were refused before
+    any job (``not_run``: each cell's target and why) and those whose answers are hidden (``predictions_only``:
+    their targets), so none is silently missing."""
     label = markdown_labeller(summary)
     measured = "retention_off" in summary
     lines = ["# Summary", ""]
@@ -272,6 +368,8 @@ def summary_markdown(
             ] + TABLE_HEAD
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(reference).itertuples()]
             lines += [_cell_line(row, label, small_n, measured) for row in _sorted_by_score(whole).itertuples()] + [""]
+    if multi_turn is not None:
+        lines += multi_turn_sections(multi_turn, summary, small_n)
     if not_run:
         lines += [
             f"## Not run: {len(not_run)} cell(s) the config asked for",

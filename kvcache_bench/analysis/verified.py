@@ -24,11 +24,13 @@ from kvcache_bench.manifest import ManifestMismatchError, forcerun_remedy
 from kvcache_bench.study.changed_outputs import content_problem
 
 # (point, low, high) of every interval a table carries: the mean score and its bootstrap interval, the paired gap to
-# the full cache (summary.csv), a probe's paired difference (the padding table)
+# the full cache (summary.csv, and per turn multi_turn_by_turn.csv), a probe's paired difference (the padding table),
+# the drop after a conversation's first turn (multi_turn_drop.csv)
 INTERVALS = (
     ("score", "ci_low", "ci_high"),
     ("diff_vs_full", "diff_ci_low", "diff_ci_high"),
     ("diff", "diff_ci_low", "diff_ci_high"),
+    ("drop", "drop_ci_low", "drop_ci_high"),
 )
 # what names a row in a message, those of them the table has
 ROW_NAME_COLUMNS = ("task", "model", "method", "question_mode", "retention", "batch_size", "decode_batch_size")
@@ -121,6 +123,11 @@ def read_per_example(path: str | os.PathLike) -> pd.DataFrame:
     return read_verified_csv(path, dtype={"id": str})
 
 
+def read_multi_turn_by_turn(path: str | os.PathLike) -> pd.DataFrame:
+    """multi_turn_by_turn.csv (analysis.multi_turn), verified."""
+    return read_verified_csv(path)
+
+
 def verified_files(paths) -> list[str]:
     """The paths of a job's input (one or a list), each checked against its manifest before anything reads it."""
     listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
@@ -128,8 +135,8 @@ def verified_files(paths) -> list[str]:
 
 
 def summary_interval_problem(path: str | os.PathLike) -> str | None:
-    """For the parse-time check: why summary.csv's intervals cannot be drawn, None when they can (or it is no CSV
-    pandas reads: its sha256 is what the parse checks first)."""
+    """For the parse-time check: why summary.csv's (or a multi-turn table's) intervals cannot be drawn, None when
+    they can (or it is no CSV pandas reads: its sha256 is what the parse checks first)."""
     try:
         table = pd.read_csv(path)
     except (OSError, ValueError, pd.errors.ParserError):

@@ -25,11 +25,15 @@ BASELINE_METHOD = "full_cache"
 CLASSIC_BASELINES = ("snapkv", "streaming_llm", "knorm", "random")
 ALL_IN_COLOUR_UP_TO = 8  # compressed methods; past this, the versus view and the family appendix
 STRONGEST = 3
-QUESTION_MODE_ORDER = ("question_aware", "question_agnostic", "other_question", "same_question")
+# The multi-turn mode's wildcard string (study.question_modes.QuestionMode.MULTI_TURN, issue 52): analysis names the
+# modes by their strings, and the workflow reads this one at parse to make the multi-turn tables and figure.
+MULTI_TURN_MODE = "multi_turn"
+# multi-turn last: it is question-aware's first turn followed by a conversation, read after the one-question modes
+QUESTION_MODE_ORDER = ("question_aware", "question_agnostic", "other_question", "same_question", MULTI_TURN_MODE)
 
 
 def modes_in_order(modes) -> list[str]:
-    """Question modes as a reader compares them: saw this question, none, another, this one removed."""
+    """Question modes as a reader compares them: saw this question, none, another, this one removed, a conversation."""
     modes = set(modes)
     return [m for m in QUESTION_MODE_ORDER if m in modes] + sorted(modes - set(QUESTION_MODE_ORDER))
 

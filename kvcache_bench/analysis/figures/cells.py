@@ -20,6 +20,7 @@ MODE_WORDS = {  # what each question mode means, in a legend
     "question_agnostic": "question-agnostic (no question)",
     "other_question": "other-question (another question's cache)",
     "same_question": "same-question (this question, its slots removed)",
+    "multi_turn": "multi-turn (every turn of a conversation on one cache)",
 }
 
 

@@ -43,6 +43,7 @@ QUESTION_MODE_STYLES = {
     "question_agnostic": {"color": "#7F7F7F", "marker": "s"},
     "other_question": {"color": "#D55E00", "marker": "^"},
     "same_question": {"color": "#009E73", "marker": "D"},
+    "multi_turn": {"color": "#CC79A7", "marker": "v"},
 }
 
 
