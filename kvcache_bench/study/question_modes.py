@@ -6,7 +6,9 @@ so that a new mode is one more member here and one more branch where the prefill
 
 from __future__ import annotations
 
+import hashlib
 import random
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -24,6 +26,10 @@ class QuestionMode(StrEnum):
     # other_question differs from it only in which question the press saw (question_aware also presses the
     # question's own tokens, so a press can evict the question itself)
     SAME_QUESTION = "same_question"
+    # a conversation on one context (SCBench): turn 1 is question_aware on its first question; each later turn
+    # appends the previous turn's reference answer and the next question, uncompressed, to the same cache
+    # (engine.decoders.multi_turn). Contexts with one question cannot be in it.
+    MULTI_TURN = "multi_turn"
 
     @property
     def removes_the_question_it_showed(self) -> bool:
@@ -61,3 +67,43 @@ def other_questions(rows: list[dict], seed: int) -> dict[str, str | None]:
             others = sorted(other for other in ids if other != row_id)
             chosen[row_id] = random.Random(f"{seed}/{row_id}").choice(others) if others else None
     return chosen
+
+
+# What a later turn appends after the previous turn's answer (config ``multi_turn.history``): the reference answer
+# (SCBench's default, so turns are independent of each other's errors) or the model's own.
+HISTORY_REFERENCE, HISTORY_GENERATED = "reference", "generated"
+MULTI_TURN_HISTORIES = (HISTORY_REFERENCE, HISTORY_GENERATED)
+
+
+def context_hash(context: str) -> str:
+    """A short stable id of a context's text: the conversation id of its questions in ``multi_turn`` mode."""
+    return hashlib.sha256(context.encode("utf-8")).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One context's questions in the order its ``multi_turn`` conversation asks them (``rows[t - 1]`` is turn t)."""
+
+    conversation_id: str  # ``context_hash`` of the shared context
+    rows: tuple[dict, ...]
+
+    @property
+    def turns(self) -> int:
+        return len(self.rows)
+
+
+def conversations(rows: list[dict], seed: int) -> list[Conversation]:
+    """The ``multi_turn`` conversations of ``rows``: one per context with two or more questions, in order of the
+    context's first appearance, its questions shuffled by the seed and the context alone.
+
+    The order is drawn over the rows sorted by id, so it does not depend on the file's row order (or on which other
+    contexts share the file); a context with one question has no conversation."""
+    found = []
+    for group in questions_by_context(rows):
+        if len(group) < 2:
+            continue
+        conversation_id = context_hash(group[0]["context"])
+        ordered = sorted(group, key=lambda row: str(row["_id"]))
+        random.Random(f"{seed}/{conversation_id}").shuffle(ordered)
+        found.append(Conversation(conversation_id, tuple(ordered)))
+    return found

@@ -1,0 +1,169 @@
+"""The multi_turn mode: turn 1 compressed as question_aware, each later turn's answer and question appended uncompressed.
+
+Every turn is checked against a plain transformers greedy run over the whole conversation (the full cache), against a
+hand-written loop over kvpress's own press (prefill context + first question under it, feed the appended tokens
+without it, decode greedily), and its decode batches against one turn at a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kvcache_bench.engine.decoders.multi_turn import ConversationTurn, generate_multi_turn
+from kvcache_bench.engine.greedy import Decoding
+from kvcache_bench.methods.registry import build_press
+from kvcache_bench.study.prompt_tokens import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode, conversations
+from tests.fixtures.tiny_models import random_prompt_ids, tiny_llama
+
+STOP = {2}
+NEW_TOKENS = 6
+RETENTION = 0.3
+HELD_BACK = 2  # a chat template's generation suffix: the first prompt's tail no press sees
+KWARGS = {"snapkv": {"window_size": 4}}
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def model():
+    """Random weights scaled up so that attention is sharp: a token at a wrong position, or a slot the press did not
+    keep, then changes the greedy ids (at the default scale attention is near uniform and hides both)."""
+    model = tiny_llama(vocab_size=256, seed=0)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.dim() > 1:
+                parameter.mul_(3.0)
+    return model
+
+
+def press_for(method):
+    return build_press(method, RETENTION, KWARGS.get(method), seed=0) if method != "full_cache" else None
+
+
+def conversation_turns(context_length: int, turns: int, seed: int) -> list[ConversationTurn]:
+    """A context's turns: its first prompt, and per later turn its appended ids (answer + next question) so far."""
+    first = PromptTokens(
+        random_prompt_ids(context_length, seed=seed),
+        random_prompt_ids(10, seed=seed + 1),
+        held_back_tokens=HELD_BACK,
+    )
+    appended: list[int] = []
+    found = [ConversationTurn(first, [])]
+    for turn in range(2, turns + 1):
+        appended = appended + random_prompt_ids(5 + turn, seed=seed + 10 * turn)
+        found.append(ConversationTurn(first, appended))
+    return found
+
+
+def many_conversations() -> list[ConversationTurn]:
+    return [t for n, (length, turns) in enumerate([(150, 3), (90, 2), (200, 4), (120, 3)]) for t in conversation_turns(length, turns, 100 * n)]
+
+
+def settings(model, method, decode_batch_size=1):
+    return Decoding(model, press_for(method), QuestionMode.MULTI_TURN, NEW_TOKENS, STOP, decode_batch_size=decode_batch_size)
+
+
+def up_to_stop(tokens: list[int]) -> list[int]:
+    out = []
+    for token in tokens:
+        out.append(token)
+        if token in STOP:
+            break
+    return out
+
+
+@torch.inference_mode()
+def plain_greedy(model, ids: list[int]) -> list[int]:
+    """transformers' own greedy generation over the whole conversation, no press, no engine code."""
+    generated = model.generate(
+        torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=sorted(STOP), pad_token_id=0
+    )
+    return up_to_stop(generated[0, len(ids) :].tolist())
+
+
+@torch.inference_mode()
+def kvpress_reference_loop(model, press, turn: ConversationTurn) -> list[int]:
+    """kvpress's press over context + first question (but the held-back tail) in a plain DynamicCache; the tail and
+    every appended id fed after it without the press, at their true positions; then greedy decoding."""
+    from transformers import DynamicCache
+
+    ids = turn.first_turn.context_ids + turn.first_turn.question_ids
+    pressed, rest = ids[:-HELD_BACK], ids[-HELD_BACK:] + turn.appended_ids
+    cache = DynamicCache()
+    with press(model):
+        model(input_ids=torch.tensor([pressed]), past_key_values=cache, use_cache=True)
+    assert cache.get_seq_length() < len(pressed), "the press compressed the first turn"
+    position = len(pressed)
+    logits = model(
+        input_ids=torch.tensor([rest]),
+        past_key_values=cache,
+        position_ids=torch.arange(position, position + len(rest)).view(1, -1),
+        use_cache=True,
+    ).logits[:, -1]
+    position += len(rest)
+    tokens = []
+    for _ in range(NEW_TOKENS):
+        token = int(logits.argmax(-1))
+        tokens.append(token)
+        if token in STOP:
+            break
+        logits = model(
+            input_ids=torch.tensor([[token]]), past_key_values=cache, position_ids=torch.tensor([[position]]), use_cache=True
+        ).logits[:, -1]
+        position += 1
+    return tokens
+
+
+def test_the_full_cache_answers_every_turn_as_a_plain_run_over_the_whole_conversation(model):
+    turns = conversation_turns(150, 4, seed=7)
+    generations, _ = generate_multi_turn(settings(model, "full_cache"), turns)
+    for turn, generation in zip(turns, generations):
+        ids = turn.first_turn.context_ids + turn.first_turn.question_ids + turn.appended_ids
+        assert generation.prompt_tokens == len(ids)
+        assert generation.token_ids == plain_greedy(model, ids)
+    assert len({tuple(g.token_ids) for g in generations}) > 1, "the turns ask different things"
+
+
+@pytest.mark.parametrize("method", ["snapkv", "knorm", "streaming_llm"])
+def test_every_turn_equals_a_hand_written_loop_over_kvpress_press(model, method):
+    """SnapKV reads the first question (its window); Knorm and StreamingLLM read no query."""
+    turns = conversation_turns(150, 4, seed=3)
+    generations, _ = generate_multi_turn(settings(model, method), turns)
+    expected = [kvpress_reference_loop(model, press_for(method), turn) for turn in turns]
+    assert [g.token_ids for g in generations] == expected
+    full, _ = generate_multi_turn(settings(model, "full_cache"), turns)
+    assert [g.token_ids for g in full] != expected, "the compression changes some answer: the loop is tested"
+    pressed = 150 + 10 - HELD_BACK
+    assert all(g.pressed_tokens == pressed and g.kept_tokens < pressed for g in generations)
+    # the press kept the same context slots for every turn: the appended turns were never compressed
+    assert len({g.kept_context_slots for g in generations}) == 1 and generations[0].kept_context_slots < 150
+
+
+@pytest.mark.parametrize("method", ["snapkv", "knorm"])
+def test_decode_batch_32_gives_the_ids_of_one_turn_at_a_time(model, method):
+    turns = many_conversations()
+    alone, path_one = generate_multi_turn(settings(model, method, decode_batch_size=1), turns)
+    together, path_many = generate_multi_turn(settings(model, method, decode_batch_size=32), turns)
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    assert path_one.effective_decode_batch_size == 1 and path_many.effective_decode_batch_size == len(turns) == 12
+    assert [g.shared_context_questions for g in alone] == [3] * 3 + [2] * 2 + [4] * 4 + [3] * 3
+
+
+def rows_of(shapes) -> list[dict]:
+    return [{"_id": f"{doc}-{q}", "context": f"document {doc}"} for doc, n in shapes for q in range(n)]
+
+
+def test_the_turn_order_comes_from_the_seed_and_the_context_not_the_row_order():
+    rows = rows_of([(0, 4), (1, 1), (2, 3)])
+    found = conversations(rows, seed=5)
+    assert [c.turns for c in found] == [4, 3]  # the one-question context has no conversation
+    order = {c.conversation_id: [r["_id"] for r in c.rows] for c in found}
+    shuffled = list(reversed(rows))
+    shuffled.insert(0, shuffled.pop(3))
+    assert {c.conversation_id: [r["_id"] for r in c.rows] for c in conversations(shuffled, seed=5)} == order
+    # another file holding only one of the contexts orders it the same way
+    assert [r["_id"] for r in conversations(rows[:4], seed=5)[0].rows] == order[found[0].conversation_id]
+    seeds = {tuple(r["_id"] for r in conversations(rows, seed=s)[0].rows) for s in range(5, 15)}
+    assert len(seeds) > 1, "the seed draws the order"
