@@ -167,3 +167,48 @@ def test_the_turn_order_comes_from_the_seed_and_the_context_not_the_row_order():
     assert [r["_id"] for r in conversations(rows[:4], seed=5)[0].rows] == order[found[0].conversation_id]
     seeds = {tuple(r["_id"] for r in conversations(rows, seed=s)[0].rows) for s in range(5, 15)}
     assert len(seeds) > 1, "the seed draws the order"
+
+
+def synthetic_conversation() -> list[dict]:
+    context = "the red key is in the blue box . the green key is in the old shed . the cat sleeps on the mat ."
+    asked = [("where is the red key ?", "the blue box"), ("where is the green key ?", "the old shed"), ("who sleeps on the mat ?", "the cat")]
+    return [{"_id": str(i), "context": context, "input": q, "answers": [a]} for i, (q, a) in enumerate(asked)]
+
+
+def test_a_chat_models_later_turns_are_its_template_over_the_whole_conversation(smollm2_tokenizer):
+    from kvcache_bench.study.prompt_tokens import appended_turn_ids, build_prompt_tokens
+    from kvcache_bench.study.prompts import split_prompt
+
+    tokenizer, rows = smollm2_tokenizer, synthetic_conversation()
+    answers = [row["answers"][0] for row in rows]
+    first = build_prompt_tokens(tokenizer, "synthetic_qa", rows[0]["context"], rows[0]["input"], 4096)
+    appended = appended_turn_ids(tokenizer, "synthetic_qa", rows, answers)
+    assert first.chat_template and appended[0] == [] and len(appended) == 3
+    context_text, first_question = split_prompt("synthetic_qa", rows[0]["context"], rows[0]["input"])
+    messages = [{"role": "user", "content": context_text + first_question}]
+    ids = first.context_ids + first.question_ids
+    for turn in (1, 2):
+        messages += [{"role": "assistant", "content": answers[turn - 1]}, {"role": "user", "content": split_prompt("synthetic_qa", rows[turn]["context"], rows[turn]["input"])[1]}]
+        ids = ids + appended[turn]
+        # the ids up to turn t are the template's rendering of the conversation up to turn t's generation prompt
+        assert tokenizer.decode(ids) == tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        # the answer is tokenised on its own: no token merges it with the template's text
+        answer_ids = tokenizer(answers[turn - 1], add_special_tokens=False)["input_ids"]
+        assert appended[turn][: len(answer_ids)] == answer_ids
+        assert appended[turn][len(answer_ids)] == tokenizer.convert_tokens_to_ids("<|im_end|>")
+
+
+def test_a_base_models_later_turns_are_the_answer_a_blank_line_and_the_next_question(smollm2_tokenizer):
+    from kvcache_bench.study.prompt_tokens import appended_turn_ids, build_prompt_tokens
+    from kvcache_bench.study.prompts import split_prompt
+
+    tokenizer, rows = smollm2_tokenizer, synthetic_conversation()
+    answers = [row["answers"][0] for row in rows]
+    first = build_prompt_tokens(tokenizer, "synthetic_qa", rows[0]["context"], rows[0]["input"], 4096, chat_template=False)
+    appended = appended_turn_ids(tokenizer, "synthetic_qa", rows, answers, chat_template=False)
+    questions = [split_prompt("synthetic_qa", row["context"], row["input"])[1] for row in rows]
+    # "answer :" ends each question: the answer follows it after a space, as a base model writes it
+    expected = "".join(split_prompt("synthetic_qa", rows[0]["context"], rows[0]["input"])) + " the blue box\n\n" + questions[1] + " the old shed\n\n" + questions[2]
+    ids = first.context_ids + first.question_ids + appended[1] + appended[2]
+    assert tokenizer.decode(ids, skip_special_tokens=True) == expected
+    assert all(token != tokenizer.bos_token_id for token in appended[1] + appended[2])
