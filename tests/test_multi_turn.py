@@ -212,3 +212,57 @@ def test_a_base_models_later_turns_are_the_answer_a_blank_line_and_the_next_ques
     ids = first.context_ids + first.question_ids + appended[1] + appended[2]
     assert tokenizer.decode(ids, skip_special_tokens=True) == expected
     assert all(token != tokenizer.bos_token_id for token in appended[1] + appended[2])
+
+
+@pytest.fixture(scope="module")
+def synthetic_rows():
+    """Three documents with three questions each, and one with a single question (no conversation)."""
+    from kvcache_bench.data.longbench import normalise_rows
+    from kvcache_bench.data.synthetic import make_synthetic_rows
+
+    several = make_synthetic_rows(3, seed=7, min_words=60, max_words=90, questions_per_document=3)
+    single = make_synthetic_rows(1, seed=8, min_words=60, max_words=90, questions_per_document=1)
+    return normalise_rows(several + single, "synthetic_qa", None)
+
+
+def run_synthetic_cell(rows, model_path, mode, method="snapkv", decode_batch_size=1):
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
+    from kvcache_bench.study.cell import CellRun
+
+    run = CellRun(
+        task="synthetic_qa",
+        model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=2048),
+        method=method, retention=0.5, question_mode=mode, max_new_tokens=4, seed=0,
+        method_kwargs={"window_size": 4} if method == "snapkv" else None, decode_batch_size=decode_batch_size,
+    )
+    return list(run_cell(rows, run, progress=False))
+
+
+def test_a_multi_turn_cell_records_each_turn_of_each_conversation(synthetic_rows, demo_model):
+    records = run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", decode_batch_size=6)
+    assert len(records) == 9 and synthetic_rows[-1]["_id"] not in {r["id"] for r in records}  # the lone question
+    by_conversation: dict[str, list[dict]] = {}
+    for record in records:
+        by_conversation.setdefault(record["conversation_id"], []).append(record)
+    assert len(by_conversation) == 3
+    aware = {r["id"]: r for r in run_synthetic_cell(synthetic_rows, demo_model, "question_aware")}
+    for turns in by_conversation.values():
+        assert [r["turn"] for r in turns] == [1, 2, 3] and all(r["turns"] == 3 for r in turns)
+        assert all(r["multi_turn_history"] == "reference" and r["appended_turns_compressed"] is False for r in turns)
+        first = turns[0]
+        # turn 1 is question_aware: the same cache, the same answer
+        assert first["prediction"] == aware[first["id"]]["prediction"]
+        assert first["kept_tokens"] == aware[first["id"]]["kept_tokens"] and first["cache_tokens_before_turn"] == first["kept_tokens"]
+        # the context slots the press kept serve every turn; each later turn holds more than the one before
+        assert len({r["context_tokens_kept"] for r in turns}) == 1 and turns[0]["context_tokens_kept"] < first["pressed_tokens"]
+        assert all(a["cache_tokens_before_turn"] < b["cache_tokens_before_turn"] for a, b in zip(turns, turns[1:]))
+        assert all(a["kv_bytes_held"] < b["kv_bytes_held"] < b["kv_bytes_uncompressed"] for a, b in zip(turns, turns[1:]))
+        for previous, record in zip(turns, turns[1:]):
+            # everything in the cache before this turn: the first turn's kept slots, then every token since, uncompressed
+            assert record["cache_tokens_before_turn"] == record["kept_tokens"] + previous["prompt_tokens"] - record["pressed_tokens"]
+    # the decode batch changes no answer
+    alone = run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", decode_batch_size=1)
+    assert [r["prediction"] for r in alone] == [r["prediction"] for r in records]
+    # a chunk holds whole conversations: two of three turns each
+    assert records[0]["effective_decode_batch_size"] == 6 and alone[0]["effective_decode_batch_size"] == 1

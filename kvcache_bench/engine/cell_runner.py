@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -33,9 +33,15 @@ from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import check_setting
 from kvcache_bench.study.context_limits import context_setting_problem, model_context
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
-from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, prompt_within_context, vocabulary_problem
+from kvcache_bench.study.prompt_tokens import (
+    PromptTokens,
+    appended_turn_ids,
+    extra_stop_ids,
+    prompt_within_context,
+    vocabulary_problem,
+)
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, stop_rule
-from kvcache_bench.study.question_modes import QuestionMode, other_questions
+from kvcache_bench.study.question_modes import HISTORY_REFERENCE, QuestionMode, conversations, other_questions
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,12 @@ SECONDS_COVER = (
 
 
 # strategies whose decode steps run through static_decode.decode_together (static buffers, CUDA graphs on a GPU)
-DECODED_TOGETHER = (Strategy.DECODE_MANY, Strategy.SHARED_CONTEXTS_TOGETHER, Strategy.OTHER_QUESTION)
+DECODED_TOGETHER = (
+    Strategy.DECODE_MANY,
+    Strategy.SHARED_CONTEXTS_TOGETHER,
+    Strategy.OTHER_QUESTION,
+    Strategy.MULTI_TURN,
+)
 
 
 def choose_strategy(
@@ -74,6 +85,10 @@ def choose_strategy(
                 f"question_agnostic; batch size {batch_size}, {mode.value} asked"
             )
         return Strategy.PRESS_WHILE_DECODING
+    if mode == QuestionMode.MULTI_TURN:
+        if batch_size > 1:  # check_setting refuses it: a padded batch would be turn 1 alone
+            raise ValueError(f"the multi_turn mode batches by decode_batch_size; batch size {batch_size} asked")
+        return Strategy.MULTI_TURN
     if batch_size > 1:
         return Strategy.PADDED_BATCH
     if mode.removes_the_question_it_showed:
@@ -102,8 +117,10 @@ def plan_chunks(
     if strategy in per_chunk:
         size = per_chunk[strategy]
         return [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
-    groups = shared_context_groups(prompts, others)
-    if strategy == Strategy.SHARED_CONTEXT or (strategy == Strategy.OTHER_QUESTION and decode_batch_size == 1):
+    # a multi_turn row's prompt is its conversation's first (one context, one conversation); ``others`` its turn's ids
+    groups = shared_context_groups(prompts, others if strategy == Strategy.OTHER_QUESTION else None)
+    together = (Strategy.OTHER_QUESTION, Strategy.MULTI_TURN)
+    if strategy == Strategy.SHARED_CONTEXT or (strategy in together and decode_batch_size == 1):
         return groups
     chunks: list[list[int]] = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
     for group in groups:
@@ -218,6 +235,79 @@ def other_question_tokens(
     return others
 
 
+@dataclass(frozen=True)
+class TurnPlace:
+    """Where a multi_turn row sits in its conversation: what its record says beside the example's own fields."""
+
+    conversation_id: str  # study.question_modes.context_hash of the context its turns share
+    turn: int  # 1-based position in the seeded order
+    turns: int  # questions on the context
+    # the conversation's tokens up to the previous turn's answer (its prompt); None for turn 1
+    previous_prompt_tokens: int | None
+    appended_ids: tuple[int, ...]  # every id after the first turn's prompt up to this turn's generation prompt
+
+
+def rows_in_conversations(
+    rows: list[dict], run: CellRun, tokenizer, first_prompt
+) -> tuple[list[dict], dict[str, TurnPlace], dict[str, PromptTokens]]:
+    """(the rows the multi_turn mode can use, conversation by conversation in turn order; each one's place; each
+    one's conversation's first prompt). ``first_prompt(row)``: a row's prompt as the cell builds it.
+
+    A later turn appends the previous turn's first reference answer (``multi_turn.history: reference``); a context
+    with one question has no conversation (the generate job refuses a dataset with none: runtime.not_run)."""
+    if run.multi_turn_history != HISTORY_REFERENCE:
+        raise ValueError(
+            f"multi_turn.history {run.multi_turn_history!r} is not implemented: only the reference answers' history"
+        )
+    chat = run.model_settings.chat_template
+    usable, places, prompts = [], {}, {}
+    for conversation in conversations(rows, run.seed):
+        missing = [row["_id"] for row in conversation.rows[:-1] if not row.get("answers")]
+        if missing:
+            raise ValueError(f"multi_turn appends each question's reference answer, and rows {missing} have none")
+        first = first_prompt(conversation.rows[0])
+        answers = [row["answers"][0] for row in conversation.rows]
+        appended = appended_turn_ids(tokenizer, run.task, list(conversation.rows), answers, chat_template=chat)
+        so_far: list[int] = []
+        previous = None
+        for turn, (row, turn_ids) in enumerate(zip(conversation.rows, appended), start=1):
+            so_far = so_far + turn_ids
+            place = TurnPlace(conversation.conversation_id, turn, conversation.turns, previous, tuple(so_far))
+            places[row["_id"]] = place
+            prompts[row["_id"]] = first
+            previous = first.length + len(so_far)
+        usable += conversation.rows
+    log.info(
+        "multi_turn: %d of %d examples in %d conversations (the rest are the only question on their context)",
+        len(usable),
+        len(rows),
+        len({place.conversation_id for place in places.values()}),
+    )
+    return usable, places, prompts
+
+
+def multi_turn_record(place: TurnPlace, generation: Generation, history: str, slot_bytes: float, full_bytes: float):
+    """A multi_turn record's own fields. The cache a turn answers from is its first turn's kept slots and every token
+    appended since (the first prompt's held-back tail included), none compressed: a press that compresses at prefill
+    alone never sees them (presses that compress while decoding are refused in this mode)."""
+    kept = generation.kept_tokens
+    cache_at_answer = kept + generation.prompt_tokens - generation.pressed_tokens
+    previous = place.previous_prompt_tokens
+    before = kept if previous is None else kept + previous - generation.pressed_tokens
+    return {
+        "turn": place.turn,
+        "turns": place.turns,
+        "conversation_id": place.conversation_id,
+        "multi_turn_history": history,
+        "cache_tokens_before_turn": before,
+        "context_tokens_kept": generation.kept_context_slots,
+        # what the cache holds when this turn's answer starts, and what the full cache would hold then
+        "kv_bytes_held": round(cache_at_answer * slot_bytes),
+        "kv_bytes_uncompressed": round(generation.prompt_tokens * full_bytes),
+        "appended_turns_compressed": False,
+    }
+
+
 def cell_press(run: CellRun):
     """The run's press (None for the full cache), built afresh."""
     return build_press(run.method, run.retention, run.method_kwargs, seed=run.seed, custom_methods=run.custom_methods)
@@ -261,6 +351,12 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
             f"{method} compresses while decoding: on a model with sliding-window layers its hooks would evict from the "
             "windows between steps, which this engine's position masks do not follow"
         )
+    if strategy == Strategy.MULTI_TURN and layer_types_of(model).has_sliding_layers:
+        # the cell checks refuse it from the model's layers; a model they could not judge stops here
+        raise ValueError(
+            "the multi_turn mode does not yet run a model with sliding-window layers: the bytes its windows hold "
+            "across appended turns are not counted"
+        )
     log.info(
         "method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
         method,
@@ -290,7 +386,7 @@ def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: lis
     (``others``: the other questions' pressed tokens)."""
     if mode.removes_the_question_it_showed:
         return [len(p.context_ids) + len(other) for p, other in zip(prompts, others)]
-    if mode == QuestionMode.QUESTION_AWARE:
+    if mode in (QuestionMode.QUESTION_AWARE, QuestionMode.MULTI_TURN):  # multi_turn: its first turn's, question_aware
         return [p.length - max(1, p.held_back_tokens) for p in prompts]
     return [len(p.context_ids) for p in prompts]
 
@@ -301,9 +397,12 @@ class PreparedCell:
 
     rows: list[dict]
     prompts: list[PromptTokens]
-    others: list[list[int]] | None  # in the other-question mode, each prompt's other question as the press sees it
+    # in the other-question mode, each prompt's other question as the press sees it; in the multi_turn mode each
+    # turn's ids after its conversation's first prompt (each of its prompts)
+    others: list[list[int]] | None
     partner: dict[str, str | None]  # row id -> the id of the question whose slots the press saw and lost
     chunks: list[list[int]]
+    turns: dict[str, TurnPlace] = field(default_factory=dict)  # row id -> its place in its multi_turn conversation
 
 
 def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGenerator) -> PreparedCell:
@@ -330,17 +429,32 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     ):
         raise ValueError(problem)
     trained = context.tokens if context is not None else None
-    prompts = [
-        prompt_within_context(
+
+    def prompt_of(row: dict) -> PromptTokens:
+        return prompt_within_context(
             tokenizer, run.task, row, limit, model_context=trained, answer_tokens=run.max_new_tokens, chat_template=chat
         )
-        for row in rows
-    ]
+
+    turns: dict[str, TurnPlace] = {}
+    if run.mode == QuestionMode.MULTI_TURN:
+        rows, turns, first_prompts = rows_in_conversations(rows, run, tokenizer, prompt_of)
+        prompts = [first_prompts[row["_id"]] for row in rows]
+        longest = max((p.length + len(turns[row["_id"]].appended_ids) for row, p in zip(rows, prompts)), default=0)
+        if trained is not None and longest + run.max_new_tokens > trained:
+            raise ValueError(
+                f"a multi_turn conversation takes {longest} tokens before its last answer, and the model has {trained}"
+                f" positions for it and its {run.max_new_tokens} new tokens: lower models.<name>.max_context_tokens"
+                " (turn 1's context is cut to it) or use fewer questions per context"
+            )
+    else:
+        prompts = [prompt_of(row) for row in rows]
     vocabulary = generator.decoding.model.get_input_embeddings().num_embeddings
     ids = [str(row.get("_id")) for row in rows]
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
         raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if generator.strategy == Strategy.OTHER_QUESTION else None
+    if generator.strategy == Strategy.MULTI_TURN:
+        others = [list(turns[row["_id"]].appended_ids) for row in rows]
     if generator.decoding.press is not None and (
         problem := prompt_length_problem(
             run.method, run.method_kwargs or {}, pressed_lengths(prompts, generator.decoding.mode, others)
@@ -350,7 +464,7 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     chunks = plan_chunks(
         generator.strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
     )
-    return PreparedCell(rows, prompts, others, partner, chunks)
+    return PreparedCell(rows, prompts, others, partner, chunks, turns)
 
 
 def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float:
@@ -460,6 +574,8 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
             # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
             **bytes_held(generation, layer_types, slot_bytes, full_slot_bytes),
         }
+        if (place := cell.turns.get(row["_id"])) is not None:
+            measured.update(multi_turn_record(place, generation, run.multi_turn_history, slot_bytes, full_slot_bytes))
         answer = decode_answer(tokenizer, generation.token_ids)
         yield prediction_record(row, cell.prompts[index], generation, answer, {**setting, **path.record(), **measured})
         bar.update(1)
