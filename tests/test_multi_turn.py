@@ -266,3 +266,55 @@ def test_a_multi_turn_cell_records_each_turn_of_each_conversation(synthetic_rows
     assert [r["prediction"] for r in alone] == [r["prediction"] for r in records]
     # a chunk holds whole conversations: two of three turns each
     assert records[0]["effective_decode_batch_size"] == 6 and alone[0]["effective_decode_batch_size"] == 1
+
+
+def multi_turn_problems(method, *, batch_size=1, sliding=None):
+    from kvcache_bench.methods.shipped_properties import shipped_properties
+    from kvcache_bench.study.cell_checks import problems_of
+
+    cell = dict(dataset="d", task="niah_multikey_1", model="m", method=method, question_mode="multi_turn",
+                retention=0.5, batch_size=batch_size, decode_batch_size=32 if batch_size == 1 else 1)
+    return problems_of(cell, None, shipped_properties(method), 32, sliding)
+
+
+def test_presses_other_question_refuses_and_presses_that_compress_while_decoding_are_refused_with_their_reason():
+    assert multi_turn_problems("snapkv") == [] and multi_turn_problems("knorm") == []
+    assert any("masks slots per head" in p and "multi_turn" in p for p in multi_turn_problems("kvzip"))
+    assert any("compresses while decoding" in p and "multi_turn" in p for p in multi_turn_problems("decoding_knorm"))
+    assert any("batch size 4" in p for p in multi_turn_problems("snapkv", batch_size=4))
+    assert any("sliding-window layers" in p for p in multi_turn_problems("snapkv", sliding="keep"))
+
+
+def test_a_dataset_whose_contexts_each_have_one_question_is_not_run_with_the_reason(tmp_path):
+    import json
+
+    from kvcache_bench.runtime.not_run import refusal_of
+    from kvcache_bench.workflow import job_from_argv
+
+    def refusal(rows, mode="multi_turn"):
+        path = tmp_path / f"{mode}-{len(rows)}.jsonl"
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        wildcards = dict(dataset="haystacks", task="niah_multikey_1", model="m", method="snapkv", question_mode=mode,
+                         retention="0.5", batch_size="1", decode_batch_size="32")
+        return refusal_of(job_from_argv(["--input", f"rows={path}", "--wildcards", json.dumps(wildcards)]))
+
+    lone = rows_of([(0, 1), (1, 1)])
+    assert refusal(lone) == [
+        "multi_turn asks one context's questions as a conversation, and none of the 2 contexts of haystacks/niah_multikey_1 "
+        "has two or more questions. Use a dataset whose contexts share questions (e.g. RULER's niah_multikey_1 haystacks "
+        "with questions_per_haystack, or LongBench's qasper)."
+    ]
+    assert refusal(rows_of([(0, 1), (1, 2)])) == []  # one conversation is enough
+    assert refusal(lone, mode="question_aware") == []  # the other modes use every row
+
+
+def test_the_generated_history_is_refused_at_parse_while_only_reference_runs():
+    from kvcache_bench.study.config_checks import multi_turn_problems as history_problems
+
+    asked = {"question_modes": ["question_aware", "multi_turn"], "multi_turn": {"history": "generated"}}
+    assert history_problems(asked) == [
+        "multi_turn.history 'generated' is not implemented yet: only the reference answers' history "
+        "(multi_turn.history: reference) runs; remove the setting or multi_turn from question_modes"
+    ]
+    assert history_problems({**asked, "multi_turn": {"history": "reference"}}) == []
+    assert history_problems({**asked, "question_modes": ["question_aware"]}) == []  # no multi_turn cell to refuse

@@ -58,6 +58,16 @@ def problems_with(
         problems.append(f"batch size must be >= 1, got {batch_size}")
     if decode_batch_size < 1:
         problems.append(f"decode batch size must be >= 1, got {decode_batch_size}")
+    if question_mode == QuestionMode.MULTI_TURN and batch_size > 1:
+        problems.append(
+            f"the multi_turn mode prefills each conversation's first turn alone and decodes turns together: batch size "
+            f"{batch_size} would pad first turns into one press call. Use batch size 1 and decode_batch_size."
+        )
+    if question_mode == QuestionMode.MULTI_TURN and sliding_layers is not None:
+        problems.append(
+            "the multi_turn mode does not yet run a model with sliding-window layers: the bytes its windows hold "
+            "across appended turns are not counted. Use a model whose layers are all global."
+        )
     if batch_size > 1 and decode_batch_size > 1:
         problems.append(
             f"batch size {batch_size} already decodes its padded batch together; "
@@ -128,6 +138,11 @@ def measured_problems(
             "cache slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or "
             "question_agnostic."
         )
+    if measured.get("masks_slots") and question_mode == QuestionMode.MULTI_TURN:
+        problems.append(
+            f"{method} masks slots per head, and the multi_turn mode builds every turn from one snapshot of the first "
+            "turn's cache, which carries no per-head masks across turns yet. Use question_aware or question_agnostic."
+        )
     if measured.get("compresses_while_decoding"):
         problems += while_decoding_problems(
             method, measured, batch_size=batch_size, question_mode=question_mode, max_new_tokens=max_new_tokens
@@ -170,6 +185,12 @@ def while_decoding_problems(
             f"{method} compresses while decoding, after the prompt is in the cache: the {question_mode} mode "
             "compresses the context with a question and removes that question before answering, which such a press "
             "never does (it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
+        )
+    if question_mode == QuestionMode.MULTI_TURN:
+        problems.append(
+            f"{method} compresses while decoding, and the multi_turn mode builds every turn from the first turn's "
+            "compressed cache with the later turns appended uncompressed: such a press would compress those turns "
+            "too, one conversation at a time, which this mode does not run. Use question_aware or question_agnostic."
         )
     construction = measured.get("construction")
     if construction is None and measured.get("decoding_budget"):  # shipped facts carry the default budget alone

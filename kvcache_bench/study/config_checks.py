@@ -268,8 +268,21 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
         + per_task_map_problems(config)
         + method_kwargs_value_problems(config)
         + device_problems(config)
+        + multi_turn_problems(config)
         + setting_problems(config, workdir)
     )
+
+
+def multi_turn_problems(config: dict) -> list[str]:
+    """multi_turn.history: generated needs turns run in order, each on the model's previous answer, which the
+    engine does not do yet (engine.decoders.multi_turn runs every turn from the reference answers at once)."""
+    history = (config.get("multi_turn") or {}).get("history", "reference")
+    if "multi_turn" in (config.get("question_modes") or []) and history != "reference":
+        return [
+            f"multi_turn.history {history!r} is not implemented yet: only the reference answers' history "
+            "(multi_turn.history: reference) runs; remove the setting or multi_turn from question_modes"
+        ]
+    return []
 
 
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

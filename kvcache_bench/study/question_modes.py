@@ -107,3 +107,16 @@ def conversations(rows: list[dict], seed: int) -> list[Conversation]:
         random.Random(f"{seed}/{conversation_id}").shuffle(ordered)
         found.append(Conversation(conversation_id, tuple(ordered)))
     return found
+
+
+def no_conversation_problem(rows: list[dict], where: str) -> str | None:
+    """Why the ``multi_turn`` mode has nothing to run on ``rows`` (of ``where``, a dataset/task), or None: it needs a
+    context with two or more questions. Said under "Not run" rather than as a cell of no examples."""
+    several, contexts = contexts_with_several_questions(rows)
+    if several:
+        return None
+    return (
+        f"multi_turn asks one context's questions as a conversation, and none of the {contexts} contexts of {where} "
+        "has two or more questions. Use a dataset whose contexts share questions (e.g. RULER's niah_multikey_1 "
+        "haystacks with questions_per_haystack, or LongBench's qasper)."
+    )
