@@ -1,5 +1,7 @@
-"""A conversation on one context (multi_turn, as SCBench measures it): turn 1 is context + first question compressed
-as question_aware does; each later turn appends the previous turn's answer and the next question to the same cache.
+"""A conversation on one context (multi_turn): its first turn compressed once, every later turn appended uncompressed.
+
+As SCBench measures it, turn 1 is context + first question compressed as question_aware does; each later turn
+appends the previous turn's answer and the next question to the same cache.
 
 A press that compresses only at prefill never touches the appended turns, so turn t's cache is turn 1's compressed
 slots followed by every token appended since, uncompressed, at their true positions. With the reference answers as
