@@ -311,10 +311,18 @@ def test_a_dataset_whose_contexts_each_have_one_question_is_not_run_with_the_rea
 def test_the_generated_history_is_refused_at_parse_while_only_reference_runs():
     from kvcache_bench.study.config_checks import multi_turn_problems as history_problems
 
-    asked = {"question_modes": ["question_aware", "multi_turn"], "multi_turn": {"history": "generated"}}
+    asked = {"question_modes": ["question_aware", "multi_turn"], "multi_turn": {"history": "generated"}, "models": {}}
     assert history_problems(asked) == [
         "multi_turn.history 'generated' is not implemented yet: only the reference answers' history "
         "(multi_turn.history: reference) runs; remove the setting or multi_turn from question_modes"
     ]
+    asked = {**asked, "models": {"smollm2": {}}}
     assert history_problems({**asked, "multi_turn": {"history": "reference"}}) == []
     assert history_problems({**asked, "question_modes": ["question_aware"]}) == []  # no multi_turn cell to refuse
+    # kvpress's pipeline engine has no conversation to run: refused, not run as question_agnostic
+    pipeline = {**asked, "multi_turn": {}, "models": {"smollm2": {}, "kvpress-smollm2": {"engine": "kvpress_pipeline"}}}
+    assert history_problems(pipeline) == [
+        "the multi_turn mode runs on this benchmark's engine only, and models ['kvpress-smollm2'] use engine: "
+        "kvpress_pipeline, which has no multi-turn conversation; remove multi_turn from question_modes or run "
+        "those models in a study of their own"
+    ]
