@@ -240,7 +240,10 @@ def run_synthetic_cell(rows, model_path, mode, method="snapkv", decode_batch_siz
 
 
 def test_a_multi_turn_cell_records_each_turn_of_each_conversation(synthetic_rows, demo_model):
+    from kvcache_bench.study.question_modes import MULTI_TURN_RECORD_FIELDS
+
     records = run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", decode_batch_size=6)
+    assert all(set(MULTI_TURN_RECORD_FIELDS) <= set(r) for r in records)  # the names the tables read
     assert len(records) == 9 and synthetic_rows[-1]["_id"] not in {r["id"] for r in records}  # the lone question
     by_conversation: dict[str, list[dict]] = {}
     for record in records:

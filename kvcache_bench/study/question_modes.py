@@ -74,6 +74,22 @@ def other_questions(rows: list[dict], seed: int) -> dict[str, str | None]:
 HISTORY_REFERENCE, HISTORY_GENERATED = "reference", "generated"
 MULTI_TURN_HISTORIES = (HISTORY_REFERENCE, HISTORY_GENERATED)
 
+# The fields a multi_turn prediction record adds (engine.cell_runner.multi_turn_record), for the tables that read them:
+# turn (1-based), turns (K), conversation_id, multi_turn_history, cache_tokens_before_turn (turn 1's kept slots plus
+# the tokens earlier turns appended), context_tokens_kept, kv_bytes_held and kv_bytes_uncompressed (the cache the turn
+# answers from, and the full cache's then), appended_turns_compressed (false: no press here compresses them).
+MULTI_TURN_RECORD_FIELDS = (
+    "turn",
+    "turns",
+    "conversation_id",
+    "multi_turn_history",
+    "cache_tokens_before_turn",
+    "context_tokens_kept",
+    "kv_bytes_held",
+    "kv_bytes_uncompressed",
+    "appended_turns_compressed",
+)
+
 
 def context_hash(context: str) -> str:
     """A short stable id of a context's text: the conversation id of its questions in ``multi_turn`` mode."""
