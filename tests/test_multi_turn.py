@@ -329,3 +329,49 @@ def test_the_generated_history_is_refused_at_parse_while_only_reference_runs():
         "kvpress_pipeline, which has no multi-turn conversation; remove multi_turn from question_modes or run "
         "those models in a study of their own"
     ]
+
+
+def haystack_conversation() -> list[dict]:
+    """RULER's multi-key layout (kvpress's split): a question part and an answer prefix that opens the answer."""
+    context = "Some text about keys. One of the special magic numbers for alpha is: 1234. For beta it is: 5678. " * 3
+    return [
+        {"_id": key, "context": context, "input": f" What is the special magic number for {key} mentioned in the provided text?",
+         "answer_prefix": f" The special magic number for {key} mentioned in the provided text is", "answers": [number]}
+        for key, number in (("alpha", "1234"), ("beta", "5678"), ("gamma", "none"))
+    ]
+
+
+@pytest.mark.parametrize("name", ["smollm2", "llama3"])
+def test_every_chat_template_spells_the_whole_conversation_with_the_answer_prefixes(name, request):
+    """SmolLM2 (ChatML with a default system turn) and Llama 3.1 (trims each message, a dated system turn): the ids up
+    to each turn are the template's rendering of the conversation, each answer after its turn's answer prefix."""
+    from kvcache_bench.study.prompt_tokens import appended_turn_ids, build_prompt_tokens
+
+    tokenizer, rows = request.getfixturevalue(f"{name}_tokenizer"), haystack_conversation()
+    answers = [row["answers"][0] for row in rows]
+    first = build_prompt_tokens(tokenizer, "niah_multikey_1", rows[0]["context"], rows[0]["input"], 4096, rows[0]["answer_prefix"])
+    appended = appended_turn_ids(tokenizer, "niah_multikey_1", rows, answers)
+    messages = [{"role": "user", "content": rows[0]["context"] + rows[0]["input"]}]
+    ids = first.context_ids + first.question_ids
+    for turn in (1, 2):
+        messages += [{"role": "assistant", "content": rows[turn - 1]["answer_prefix"] + answers[turn - 1]}, {"role": "user", "content": rows[turn]["input"]}]
+        ids = ids + appended[turn]
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert tokenizer.decode(ids, clean_up_tokenization_spaces=False) == rendered + rows[turn]["answer_prefix"]
+
+
+def test_a_base_model_on_ruler_continues_each_answer_prefix_with_the_answer(llama3_tokenizer):
+    """A base model (Gemma 3 270M runs RULER so, chat_template: false): RULER's raw prompt, its answer prefix, the
+    answer after a space, a blank line, the next question and its answer prefix."""
+    from kvcache_bench.study.prompt_tokens import appended_turn_ids, build_prompt_tokens
+
+    rows = haystack_conversation()
+    first = build_prompt_tokens(llama3_tokenizer, "niah_multikey_1", rows[0]["context"], rows[0]["input"], 4096, rows[0]["answer_prefix"], chat_template=False)
+    appended = appended_turn_ids(llama3_tokenizer, "niah_multikey_1", rows, [row["answers"][0] for row in rows], chat_template=False)
+    ids = first.context_ids + first.question_ids + appended[1] + appended[2]
+    expected = "".join(
+        [rows[0]["context"], rows[0]["input"], rows[0]["answer_prefix"], " 1234\n\n", rows[1]["input"], rows[1]["answer_prefix"],
+         " 5678\n\n", rows[2]["input"], rows[2]["answer_prefix"]]
+    )
+    assert llama3_tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) == expected
+    assert llama3_tokenizer.bos_token_id not in appended[1] + appended[2]  # one BOS, turn 1's

@@ -352,7 +352,12 @@ def appended_turn_ids(
                     "whose template only appends, or models.<name>.chat_template: false."
                 )
             rest = rendered[len(before + previous_prefix + answer) :]
-            at = rest.index(question)
+            # the segments are cut from the rendering itself: a template that trims a message (Gemma's, Llama 3's)
+            # renders the question without its outer whitespace, and the ids must spell what it renders
+            question = question.strip()
+            at = rest.find(question)
+            if at < 0:
+                raise ValueError(f"the chat template does not render the question {question!r} as given")
             between, after = rest[:at], rest[at + len(question) :]
             before = rendered
         else:
