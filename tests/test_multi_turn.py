@@ -285,7 +285,7 @@ def test_presses_other_question_refuses_and_presses_that_compress_while_decoding
     assert any("masks slots per head" in p and "multi_turn" in p for p in multi_turn_problems("kvzip"))
     assert any("compresses while decoding" in p and "multi_turn" in p for p in multi_turn_problems("decoding_knorm"))
     assert any("batch size 4" in p for p in multi_turn_problems("snapkv", batch_size=4))
-    assert any("sliding-window layers" in p for p in multi_turn_problems("snapkv", sliding="keep"))
+    assert multi_turn_problems("snapkv", sliding="keep") == []  # Gemma 3's sliding layers run (tested below)
 
 
 def test_a_dataset_whose_contexts_each_have_one_question_is_not_run_with_the_reason(tmp_path):
@@ -375,3 +375,56 @@ def test_a_base_model_on_ruler_continues_each_answer_prefix_with_the_answer(llam
     )
     assert llama3_tokenizer.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False) == expected
     assert llama3_tokenizer.bos_token_id not in appended[1] + appended[2]  # one BOS, turn 1's
+
+
+def as_question_aware(turn: ConversationTurn) -> PromptTokens:
+    """Turn t as a question_aware prompt whose held-back tail is the first prompt's tail and every appended id: the
+    press sees the same tokens, and the rest runs uncompressed after them."""
+    first = turn.first_turn
+    return PromptTokens(first.context_ids, first.question_ids + turn.appended_ids, held_back_tokens=max(1, first.held_back_tokens) + len(turn.appended_ids))
+
+
+@pytest.mark.parametrize("setting", ["keep", "compress"])
+@pytest.mark.parametrize("method", ["full_cache", "snapkv", "knorm"])
+def test_a_model_with_sliding_layers_answers_every_turn_as_the_full_cache_masked_to_what_it_kept(method, setting):
+    """Gemma 3's pattern in miniature (16-position windows): every appended turn crosses windows, each masked by
+    positions. The reference is the sliding-layer tests' own (tests/test_sliding_layers.py), the full cache masked to
+    what the press kept, on turn t as a question_aware prompt; the full cache is transformers' own generation."""
+    from functools import partial
+
+    from kvcache_bench.engine.layer_types import layer_types_of
+    from kvcache_bench.engine.layered_cache import new_cache
+    from tests.test_sliding_layers import masked_full_cache_answer, model_with
+
+    model = model_with(setting)
+    turns = [t for n, turns in enumerate([3, 2]) for t in conversation_turns(90 + 30 * n, turns, 50 * n + 1)]
+    press = press_for(method)
+    decoding = Decoding(model, press, QuestionMode.MULTI_TURN, NEW_TOKENS, set(), partial(new_cache, layer_types_of(model)), decode_batch_size=32)
+    generations, path = generate_multi_turn(decoding, turns)
+    assert path.effective_decode_batch_size == len(turns)
+    for turn, generation in zip(turns, generations):
+        prompt = as_question_aware(turn)
+        if press is None:
+            ids = torch.tensor([prompt.context_ids + prompt.question_ids])
+            expected = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0)[0, ids.shape[1] :].tolist()
+        else:
+            expected = masked_full_cache_answer(model, prompt, QuestionMode.QUESTION_AWARE, press_for(method))[:NEW_TOKENS]
+        assert generation.token_ids == expected
+
+
+def test_a_sliding_layer_holds_at_most_its_window_however_many_turns_are_appended():
+    from kvcache_bench.engine.cell_runner import TurnPlace, multi_turn_record
+    from kvcache_bench.engine.greedy import Generation
+    from kvcache_bench.engine.layer_types import layer_types_of
+    from tests.test_sliding_layers import model_with
+
+    layer_types = layer_types_of(model_with("keep"))  # five 16-position windows, one global layer
+    assert layer_types.kinds.count("sliding_attention") == 5 and layer_types.window == 16
+    # turn 3: the press kept 40 of 98 pressed global slots; 30 tokens appended since (turn 2 ended at 120)
+    generation = Generation([5], 128, 40.0, 0.0, 98, 3, kept_context_slots=35.0,
+                            kept_by_layer_type={"full_attention": 40.0, "sliding_attention": 15.0})
+    record = multi_turn_record(TurnPlace("c", 3, 3, 120, tuple(range(30))), generation, "reference", layer_types, 10.0, 10.0)
+    assert record["kv_bytes_held_by_layer_type"] == {"full_attention": round(70 * 10 / 6), "sliding_attention": round(15 * 5 * 10 / 6)}
+    assert record["kv_bytes_held"] == sum(record["kv_bytes_held_by_layer_type"].values())
+    assert record["kv_bytes_uncompressed"] == round((128 + 5 * 15) * 10 / 6)  # the full cache's windows hold 15 too
+    assert record["cache_tokens_before_turn"] == 40 + 120 - 98 and record["context_tokens_kept"] == 35.0

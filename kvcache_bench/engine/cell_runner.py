@@ -42,6 +42,7 @@ from kvcache_bench.study.prompt_tokens import (
 )
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, stop_rule
 from kvcache_bench.study.question_modes import HISTORY_REFERENCE, QuestionMode, conversations, other_questions
+from kvcache_bench.study.sliding_layers import SLIDING
 
 log = logging.getLogger(__name__)
 
@@ -286,24 +287,39 @@ def rows_in_conversations(
     return usable, places, prompts
 
 
-def multi_turn_record(place: TurnPlace, generation: Generation, history: str, slot_bytes: float, full_bytes: float):
+def multi_turn_record(
+    place: TurnPlace, generation: Generation, history: str, layer_types: LayerTypes, slot_bytes: float, full: float
+) -> dict:
     """A multi_turn record's own fields. The cache a turn answers from is its first turn's kept slots and every token
     appended since (the first prompt's held-back tail included), none compressed: a press that compresses at prefill
-    alone never sees them (presses that compress while decoding are refused in this mode)."""
-    kept = generation.kept_tokens
-    cache_at_answer = kept + generation.prompt_tokens - generation.pressed_tokens
+    alone never sees them (presses that compress while decoding are refused in this mode).
+
+    Its bytes are counted as ``bytes_held`` counts a prompt's: a sliding layer holds at most its window's last W - 1
+    positions, so the appended turns fill a sliding layer only up to that (per layer type, on the type's mean)."""
+    kept, appended = generation.kept_tokens, generation.prompt_tokens - generation.pressed_tokens
     previous = place.previous_prompt_tokens
-    before = kept if previous is None else kept + previous - generation.pressed_tokens
+    held_by_type = None
+    if generation.kept_by_layer_type is not None:
+        held_by_type = {
+            kind: min(slots + appended, layer_types.window - 1) if kind == SLIDING else slots + appended
+            for kind, slots in generation.kept_by_layer_type.items()
+        }
+    at_answer = replace(
+        generation,
+        kept_tokens=kept + appended,
+        pressed_tokens=generation.prompt_tokens,
+        kept_by_layer_type=held_by_type,
+    )
+    held = bytes_held(at_answer, layer_types, slot_bytes, full)
     return {
         "turn": place.turn,
         "turns": place.turns,
         "conversation_id": place.conversation_id,
         "multi_turn_history": history,
-        "cache_tokens_before_turn": before,
+        "cache_tokens_before_turn": kept if previous is None else kept + previous - generation.pressed_tokens,
         "context_tokens_kept": generation.kept_context_slots,
         # what the cache holds when this turn's answer starts, and what the full cache would hold then
-        "kv_bytes_held": round(cache_at_answer * slot_bytes),
-        "kv_bytes_uncompressed": round(generation.prompt_tokens * full_bytes),
+        **{name: value for name, value in held.items() if name.startswith("kv_bytes_")},
         "appended_turns_compressed": False,
     }
 
@@ -350,12 +366,6 @@ def load_cell_generator(run: CellRun, loaded: LoadedModel | None) -> tuple[objec
         raise ValueError(
             f"{method} compresses while decoding: on a model with sliding-window layers its hooks would evict from the "
             "windows between steps, which this engine's position masks do not follow"
-        )
-    if strategy == Strategy.MULTI_TURN and layer_types_of(model).has_sliding_layers:
-        # the cell checks refuse it from the model's layers; a model they could not judge stops here
-        raise ValueError(
-            "the multi_turn mode does not yet run a model with sliding-window layers: the bytes its windows hold "
-            "across appended turns are not counted"
         )
     log.info(
         "method=%s retention=%s batch=%s mode=%s strategy=%s device=%s attention=%s",
@@ -575,7 +585,8 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
             **bytes_held(generation, layer_types, slot_bytes, full_slot_bytes),
         }
         if (place := cell.turns.get(row["_id"])) is not None:
-            measured.update(multi_turn_record(place, generation, run.multi_turn_history, slot_bytes, full_slot_bytes))
+            history = run.multi_turn_history
+            measured.update(multi_turn_record(place, generation, history, layer_types, slot_bytes, full_slot_bytes))
         answer = decode_answer(tokenizer, generation.token_ids)
         yield prediction_record(row, cell.prompts[index], generation, answer, {**setting, **path.record(), **measured})
         bar.update(1)

@@ -63,11 +63,6 @@ def problems_with(
             f"the multi_turn mode prefills each conversation's first turn alone and decodes turns together: batch size "
             f"{batch_size} would pad first turns into one press call. Use batch size 1 and decode_batch_size."
         )
-    if question_mode == QuestionMode.MULTI_TURN and sliding_layers is not None:
-        problems.append(
-            "the multi_turn mode does not yet run a model with sliding-window layers: the bytes its windows hold "
-            "across appended turns are not counted. Use a model whose layers are all global."
-        )
     if batch_size > 1 and decode_batch_size > 1:
         problems.append(
             f"batch size {batch_size} already decodes its padded batch together; "
