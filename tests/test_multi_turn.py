@@ -428,3 +428,44 @@ def test_a_sliding_layer_holds_at_most_its_window_however_many_turns_are_appende
     assert record["kv_bytes_held"] == sum(record["kv_bytes_held_by_layer_type"].values())
     assert record["kv_bytes_uncompressed"] == round((128 + 5 * 15) * 10 / 6)  # the full cache's windows hold 15 too
     assert record["cache_tokens_before_turn"] == 40 + 120 - 98 and record["context_tokens_kept"] == 35.0
+
+
+def conversations_in_order(count: int = 3):
+    """Conversations whose turn t appends the model's own answer to turn t - 1 and a question of its own."""
+    from kvcache_bench.engine.decoders.multi_turn import ConversationInOrder
+
+    made = []
+    for n in range(count):
+        first = conversation_turns(100 + 40 * n, 1, seed=300 + n)[0].first_turn
+        questions = {turn: random_prompt_ids(4 + turn, seed=400 + 10 * n + turn) for turn in range(2, 5)}
+        made.append(ConversationInOrder(first, 2 + n, lambda turn, answers, q=questions: answers[-1] + q[turn]))
+    return made
+
+
+@pytest.mark.parametrize("method", ["full_cache", "snapkv", "knorm"])
+def test_with_generated_history_each_turn_answers_from_the_models_own_earlier_answers(model, method):
+    """The reference runs the conversation on its own answers: transformers' generate over the whole conversation
+    (the full cache), or the hand-written loop over kvpress's press; the engine's turns, all conversations' turn t
+    decoded together, must give the same ids at every turn, at decode batch 32 as at 1."""
+    from kvcache_bench.engine.decoders.multi_turn import generate_turns_in_order
+
+    conversations = conversations_in_order()
+    together, asked, path = generate_turns_in_order(settings(model, method, decode_batch_size=32), conversations)
+    alone, _, _ = generate_turns_in_order(settings(model, method, decode_batch_size=1), conversations)
+    assert [[g.token_ids for g in c] for c in alone] == [[g.token_ids for g in c] for c in together]
+    assert path.effective_decode_batch_size == 3  # turn 1 of the three conversations together
+    for conversation, generations, turns in zip(conversations, together, asked):
+        assert len(generations) == conversation.turns
+        answers: list[list[int]] = []
+        appended: list[int] = []
+        for turn in range(1, conversation.turns + 1):
+            if turn > 1:
+                appended = appended + conversation.appended_for(turn, answers)
+            expected_turn = ConversationTurn(conversation.first_turn, appended)
+            if method == "full_cache":
+                ids = conversation.first_turn.context_ids + conversation.first_turn.question_ids + appended
+                answer = plain_greedy(model, ids)
+            else:
+                answer = kvpress_reference_loop(model, press_for(method), expected_turn)
+            assert turns[turn - 1] == expected_turn and generations[turn - 1].token_ids == answer
+            answers.append(answer)

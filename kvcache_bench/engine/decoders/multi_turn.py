@@ -8,12 +8,17 @@ slots followed by every token appended since, uncompressed, at their true positi
 history no turn depends on another's output: each context is compressed once, and every turn of every context is a
 row built from that one snapshot (its appended tokens as held-back ids, run in one forward before its first token),
 decoded together through ``static_decode.decode_together`` as the other decode-many strategies are.
+
+With the model's own answers as history (``multi_turn.history: generated``, ``generate_turns_in_order``) turn t is
+known only once turn t - 1 is answered: each context is still compressed once, and the turns run in order, turn t of
+every conversation decoded together after turn t - 1.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -141,6 +146,65 @@ def generate_multi_turn(settings: Decoding, turns: list[ConversationTurn]) -> tu
                 kept_by_layer_type=row.kept_by_layer_type,
             )
     return generations, DecodePath(decode_batch_size, min(decode_batch_size, len(rows)), None)
+
+
+@dataclass(frozen=True)
+class ConversationInOrder:
+    """A conversation whose later turns append the model's own answers: turn t is known after turn t - 1 only."""
+
+    first_turn: PromptTokens
+    turns: int
+    # the ids turn t (>= 2) appends after turn t - 1's prompt, from the generated ids of turns 1..t-1 (the cell runner
+    # decodes them and builds the turn in the model's prompt form: study.prompt_tokens.appended_turn_ids)
+    appended_for: Callable[[int, list[list[int]]], list[int]]
+
+
+@torch.inference_mode()
+def generate_turns_in_order(
+    settings: Decoding, conversations: list[ConversationInOrder]
+) -> tuple[list[list[Generation]], list[list[ConversationTurn]], DecodePath]:
+    """(each conversation's generations in turn order, the turns they answered, the decode path): each first turn
+    compressed once, then turn 1 of every conversation decoded together, then turn 2 on those answers, and so on,
+    ``settings.decode_batch_size`` rows at a time. A conversation's compression is shared equally among its turns."""
+    model, decode_batch_size = settings.model, settings.decode_batch_size
+    compressed = [compress_first_turn(settings, conversation.first_turn) for conversation in conversations]
+    appended: list[list[int]] = [[] for _ in conversations]
+    generations: list[list[Generation]] = [[] for _ in conversations]
+    asked: list[list[ConversationTurn]] = [[] for _ in conversations]
+    largest = 0
+    for turn in range(1, max(conversation.turns for conversation in conversations) + 1):
+        rows: list[tuple[int, PrefilledPrompt]] = []
+        for index, conversation in enumerate(conversations):
+            if conversation.turns < turn:
+                continue
+            if turn > 1:
+                answers = [generation.token_ids for generation in generations[index]]
+                appended[index] = appended[index] + conversation.appended_for(turn, answers)
+            asked[index].append(ConversationTurn(conversation.first_turn, list(appended[index])))
+            share = compressed[index].seconds / conversation.turns
+            rows.append((index, turn_row(compressed[index], asked[index][-1], share)))
+        for start in range(0, len(rows), decode_batch_size):
+            batch = rows[start : start + decode_batch_size]
+            decoded = decode_together_timed(
+                model, [row for _, row in batch], settings.max_new_tokens, settings.stop_ids, settings.min_new_tokens
+            )
+            decode_share, capture = decoded.shares()
+            for (index, row), token_ids in zip(batch, decoded.token_ids):
+                generations[index].append(
+                    Generation(
+                        token_ids,
+                        row.prompt_tokens,
+                        row.kept_tokens,
+                        row.seconds + decode_share,
+                        row.pressed_tokens,
+                        conversations[index].turns,
+                        kept_context_slots=compressed[index].kept_context_slots,
+                        graph_capture_seconds=capture,
+                        kept_by_layer_type=row.kept_by_layer_type,
+                    )
+                )
+            largest = max(largest, len(batch))
+    return generations, asked, DecodePath(decode_batch_size, largest, None)
 
 
 def decode(
