@@ -225,7 +225,7 @@ def synthetic_rows():
     return normalise_rows(several + single, "synthetic_qa", None)
 
 
-def run_synthetic_cell(rows, model_path, mode, method="snapkv", decode_batch_size=1):
+def run_synthetic_cell(rows, model_path, mode, method="snapkv", decode_batch_size=1, history="reference"):
     from kvcache_bench.engine.cell_runner import run_cell
     from kvcache_bench.engine.loading import ModelSettings
     from kvcache_bench.study.cell import CellRun
@@ -235,6 +235,7 @@ def run_synthetic_cell(rows, model_path, mode, method="snapkv", decode_batch_siz
         model_settings=ModelSettings(path=model_path, dtype="float32", device="cpu", max_context_tokens=2048),
         method=method, retention=0.5, question_mode=mode, max_new_tokens=4, seed=0,
         method_kwargs={"window_size": 4} if method == "snapkv" else None, decode_batch_size=decode_batch_size,
+        multi_turn_history=history,
     )
     return list(run_cell(rows, run, progress=False))
 
@@ -311,24 +312,20 @@ def test_a_dataset_whose_contexts_each_have_one_question_is_not_run_with_the_rea
     assert refusal(lone, mode="question_aware") == []  # the other modes use every row
 
 
-def test_the_generated_history_is_refused_at_parse_while_only_reference_runs():
-    from kvcache_bench.study.config_checks import multi_turn_problems as history_problems
+def test_models_on_kvpress_pipeline_engine_are_refused_at_parse_whichever_history():
+    from kvcache_bench.study.config_checks import multi_turn_problems as parse_problems
 
-    asked = {"question_modes": ["question_aware", "multi_turn"], "multi_turn": {"history": "generated"}, "models": {}}
-    assert history_problems(asked) == [
-        "multi_turn.history 'generated' is not implemented yet: only the reference answers' history "
-        "(multi_turn.history: reference) runs; remove the setting or multi_turn from question_modes"
-    ]
-    asked = {**asked, "models": {"smollm2": {}}}
-    assert history_problems({**asked, "multi_turn": {"history": "reference"}}) == []
-    assert history_problems({**asked, "question_modes": ["question_aware"]}) == []  # no multi_turn cell to refuse
-    # kvpress's pipeline engine has no conversation to run: refused, not run as question_agnostic
-    pipeline = {**asked, "multi_turn": {}, "models": {"smollm2": {}, "kvpress-smollm2": {"engine": "kvpress_pipeline"}}}
-    assert history_problems(pipeline) == [
-        "the multi_turn mode runs on this benchmark's engine only, and models ['kvpress-smollm2'] use engine: "
-        "kvpress_pipeline, which has no multi-turn conversation; remove multi_turn from question_modes or run "
-        "those models in a study of their own"
-    ]
+    for history in ("reference", "generated"):
+        asked = {"question_modes": ["question_aware", "multi_turn"], "multi_turn": {"history": history}, "models": {"smollm2": {}}}
+        assert parse_problems(asked) == []
+        assert parse_problems({**asked, "question_modes": ["question_aware"]}) == []
+        # kvpress's pipeline engine has no conversation to run: refused, not run as question_agnostic
+        pipeline = {**asked, "models": {"smollm2": {}, "kvpress-smollm2": {"engine": "kvpress_pipeline"}}}
+        assert parse_problems(pipeline) == [
+            "the multi_turn mode runs on this benchmark's engine only, and models ['kvpress-smollm2'] use engine: "
+            "kvpress_pipeline, which has no multi-turn conversation; remove multi_turn from question_modes or run "
+            "those models in a study of their own"
+        ]
 
 
 def haystack_conversation() -> list[dict]:
@@ -469,3 +466,31 @@ def test_with_generated_history_each_turn_answers_from_the_models_own_earlier_an
                 answer = kvpress_reference_loop(model, press_for(method), expected_turn)
             assert turns[turn - 1] == expected_turn and generations[turn - 1].token_ids == answer
             answers.append(answer)
+
+
+def test_a_generated_history_cell_asks_each_turn_after_the_models_own_answers(synthetic_rows, demo_model):
+    """The demo model's answers are not the references, so its later turns' conversations differ from the reference
+    history's by exactly what it said instead; turn 1 is the same in both."""
+    from transformers import AutoTokenizer
+
+    from kvcache_bench.study.prompt_tokens import appended_turn_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(demo_model)
+    generated = run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", decode_batch_size=2, history="generated")
+    reference = {r["id"]: r for r in run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", decode_batch_size=2)}
+    assert [r["id"] for r in generated] == list(reference) and all(r["multi_turn_history"] == "generated" for r in generated)
+    assert generated[0]["effective_decode_batch_size"] == 2  # turn t of two conversations at a time
+    rows = {row["_id"]: row for row in synthetic_rows}
+    for start in range(0, len(generated), 3):
+        turns = generated[start : start + 3]
+        first = turns[0]
+        assert first["prediction"] == reference[first["id"]]["prediction"] and first["prompt_tokens"] == reference[first["id"]]["prompt_tokens"]
+        asked = [rows[r["id"]] for r in turns]
+        own = appended_turn_ids(tokenizer, "synthetic_qa", asked, [r["prediction"] for r in turns])
+        golden = appended_turn_ids(tokenizer, "synthetic_qa", asked, [row["answers"][0] for row in asked])
+        for turn in (2, 3):
+            record = turns[turn - 1]
+            grown = sum(len(ids) for ids in own[:turn]) - sum(len(ids) for ids in golden[:turn])
+            assert record["prompt_tokens"] == reference[record["id"]]["prompt_tokens"] + grown
+            assert record["cache_tokens_before_turn"] == record["kept_tokens"] + turns[turn - 2]["prompt_tokens"] - record["pressed_tokens"]
+    assert any(r["prompt_tokens"] != reference[r["id"]]["prompt_tokens"] for r in generated), "its answers were not the references"

@@ -11,6 +11,7 @@ import torch
 from kvcache_bench.engine.attention_plans import build_plans, plans_mode, prompt_calls, recording_prompt_attention
 from kvcache_bench.engine.caches import kv_bytes_per_token
 from kvcache_bench.engine.decoders import DECODERS, Strategy, shared_context_groups
+from kvcache_bench.engine.decoders.multi_turn import ConversationInOrder, generate_turns_in_order
 from kvcache_bench.engine.decoders.press_while_decoding import (
     WHILE_DECODING_FALLBACK,  # noqa: F401  (named by tests and docs)
     presses_while_decoding,
@@ -41,7 +42,13 @@ from kvcache_bench.study.prompt_tokens import (
     vocabulary_problem,
 )
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, stop_rule
-from kvcache_bench.study.question_modes import HISTORY_REFERENCE, QuestionMode, conversations, other_questions
+from kvcache_bench.study.question_modes import (
+    HISTORY_GENERATED,
+    MULTI_TURN_HISTORIES,
+    QuestionMode,
+    conversations,
+    other_questions,
+)
 from kvcache_bench.study.sliding_layers import SLIDING
 
 log = logging.getLogger(__name__)
@@ -107,8 +114,12 @@ def plan_chunks(
     batch_size: int,
     decode_batch_size: int,
     others: list[list[int]] | None = None,
+    conversations_in_order: bool = False,
 ) -> list[list[int]]:
-    """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk."""
+    """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk.
+
+    ``conversations_in_order``: multi_turn with generated history, whose turn t of every conversation in a chunk
+    decodes together: a chunk holds up to ``decode_batch_size`` whole conversations."""
     per_chunk = {
         Strategy.ONE_BY_ONE: 1,
         Strategy.PRESS_WHILE_DECODING: 1,
@@ -124,11 +135,15 @@ def plan_chunks(
     if strategy == Strategy.SHARED_CONTEXT or (strategy in together and decode_batch_size == 1):
         return groups
     chunks: list[list[int]] = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
+    groups_in = [0]
     for group in groups:
-        if chunks and len(chunks[-1]) + len(group) <= decode_batch_size:
+        fits = groups_in[-1] < decode_batch_size if conversations_in_order else None
+        if chunks and (fits if fits is not None else len(chunks[-1]) + len(group) <= decode_batch_size):
+            groups_in[-1] += 1
             chunks[-1] = chunks[-1] + group
         else:
             chunks.append(list(group))
+            groups_in.append(1)
     return chunks
 
 
@@ -248,20 +263,38 @@ class TurnPlace:
     appended_ids: tuple[int, ...]  # every id after the first turn's prompt up to this turn's generation prompt
 
 
-def rows_in_conversations(
-    rows: list[dict], run: CellRun, tokenizer, first_prompt
-) -> tuple[list[dict], dict[str, TurnPlace], dict[str, PromptTokens]]:
-    """(the rows the multi_turn mode can use, conversation by conversation in turn order; each one's place; each
-    one's conversation's first prompt). ``first_prompt(row)``: a row's prompt as the cell builds it.
+@dataclass(frozen=True)
+class CellConversations:
+    """A multi_turn cell's conversations: each row's place and first prompt, and, with the generated history, each
+    conversation as the engine runs it in order (its later turns are made from the model's answers as they come)."""
 
-    A later turn appends the previous turn's first reference answer (``multi_turn.history: reference``); a context
-    with one question has no conversation (the generate job refuses a dataset with none: runtime.not_run)."""
-    if run.multi_turn_history != HISTORY_REFERENCE:
-        raise ValueError(
-            f"multi_turn.history {run.multi_turn_history!r} is not implemented: only the reference answers' history"
-        )
+    rows: list[dict]  # conversation by conversation, in turn order
+    places: dict[str, TurnPlace]  # row id -> its place; with generated history, as the reference answers would make it
+    first_prompts: dict[str, PromptTokens]  # row id -> its conversation's first prompt
+    in_order: dict[str, ConversationInOrder] | None  # conversation id -> itself (generated history); None: reference
+
+
+def generated_turn_ids(
+    tokenizer, task: str, asked: list[dict], chat_template: bool, turn: int, answer_ids: list[list[int]]
+) -> list[int]:
+    """The ids turn ``turn`` appends with generated history: the model's answers as the records keep them
+    (``decode_answer``), in the model's prompt form (``appended_turn_ids``)."""
+    answers = [decode_answer(tokenizer, ids) for ids in answer_ids]
+    return appended_turn_ids(tokenizer, task, asked[:turn], answers, chat_template=chat_template)[turn - 1]
+
+
+def rows_in_conversations(rows: list[dict], run: CellRun, tokenizer, first_prompt) -> CellConversations:
+    """The rows the multi_turn mode can use, in conversations. ``first_prompt(row)``: a row's prompt as the cell
+    builds it.
+
+    A later turn appends the previous turn's first reference answer (``multi_turn.history: reference``), or the
+    model's own answer (``generated``: its places are made again as the turns are answered); a context with one
+    question has no conversation (the generate job refuses a dataset with none: runtime.not_run)."""
+    if run.multi_turn_history not in MULTI_TURN_HISTORIES:
+        raise ValueError(f"multi_turn.history {run.multi_turn_history!r}: expected one of {MULTI_TURN_HISTORIES}")
     chat = run.model_settings.chat_template
     usable, places, prompts = [], {}, {}
+    in_order: dict[str, ConversationInOrder] = {}
     for conversation in conversations(rows, run.seed):
         missing = [row["_id"] for row in conversation.rows[:-1] if not row.get("answers")]
         if missing:
@@ -278,13 +311,16 @@ def rows_in_conversations(
             prompts[row["_id"]] = first
             previous = first.length + len(so_far)
         usable += conversation.rows
+        if run.multi_turn_history == HISTORY_GENERATED:
+            appended_for = functools.partial(generated_turn_ids, tokenizer, run.task, list(conversation.rows), chat)
+            in_order[conversation.conversation_id] = ConversationInOrder(first, conversation.turns, appended_for)
     log.info(
         "multi_turn: %d of %d examples in %d conversations (the rest are the only question on their context)",
         len(usable),
         len(rows),
         len({place.conversation_id for place in places.values()}),
     )
-    return usable, places, prompts
+    return CellConversations(usable, places, prompts, in_order if run.multi_turn_history == HISTORY_GENERATED else None)
 
 
 def multi_turn_record(
@@ -412,7 +448,9 @@ class PreparedCell:
     others: list[list[int]] | None
     partner: dict[str, str | None]  # row id -> the id of the question whose slots the press saw and lost
     chunks: list[list[int]]
-    turns: dict[str, TurnPlace] = field(default_factory=dict)  # row id -> its place in its multi_turn conversation
+    # row id -> its place in its multi_turn conversation (with generated history, filled in as its turns are answered)
+    turns: dict[str, TurnPlace] = field(default_factory=dict)
+    in_order: dict[str, ConversationInOrder] | None = None  # multi_turn with generated history: its conversations
 
 
 def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGenerator) -> PreparedCell:
@@ -446,10 +484,18 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
         )
 
     turns: dict[str, TurnPlace] = {}
+    in_order = None
     if run.mode == QuestionMode.MULTI_TURN:
-        rows, turns, first_prompts = rows_in_conversations(rows, run, tokenizer, prompt_of)
-        prompts = [first_prompts[row["_id"]] for row in rows]
-        longest = max((p.length + len(turns[row["_id"]].appended_ids) for row, p in zip(rows, prompts)), default=0)
+        found = rows_in_conversations(rows, run, tokenizer, prompt_of)
+        rows, turns, in_order = found.rows, found.places, found.in_order
+        prompts = [found.first_prompts[row["_id"]] for row in rows]
+        # with generated history each earlier answer may take up to max_new_tokens besides its reference's tokens
+        answer_room = run.max_new_tokens if in_order else 0
+        places = [turns[row["_id"]] for row in rows]
+        longest = max(
+            (p.length + len(place.appended_ids) + (place.turn - 1) * answer_room for p, place in zip(prompts, places)),
+            default=0,
+        )
         if trained is not None and longest + run.max_new_tokens > trained:
             raise ValueError(
                 f"a multi_turn conversation takes {longest} tokens before its last answer, and the model has {trained}"
@@ -472,9 +518,14 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     ):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
     chunks = plan_chunks(
-        generator.strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
+        generator.strategy,
+        prompts,
+        batch_size=run.batch_size,
+        decode_batch_size=run.decode_batch_size,
+        others=others,
+        conversations_in_order=in_order is not None,
     )
-    return PreparedCell(rows, prompts, others, partner, chunks, turns)
+    return PreparedCell(rows, prompts, others, partner, chunks, turns, in_order)
 
 
 def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float:
@@ -530,12 +581,40 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
     }
 
 
+def turns_in_order(generator: CellGenerator, cell: PreparedCell, chunk: list[int]):
+    """A chunk of multi_turn conversations with generated history: (generations, decode path) in the chunk's order.
+    Each row's place is made again from the turn it was really asked (the model's answers before it)."""
+    conversation_ids = list(dict.fromkeys(cell.turns[cell.rows[i]["_id"]].conversation_id for i in chunk))
+    generations, asked, path = generate_turns_in_order(
+        generator.decoding, [cell.in_order[conversation] for conversation in conversation_ids]
+    )
+    by_place = {}
+    for conversation, answered, turns in zip(conversation_ids, generations, asked):
+        previous = None
+        for turn, (generation, turn_asked) in enumerate(zip(answered, turns), start=1):
+            by_place[conversation, turn] = generation
+            place = TurnPlace(conversation, turn, len(turns), previous, tuple(turn_asked.appended_ids))
+            previous = turn_asked.prompt_tokens
+            by_place[conversation, turn, "place"] = place
+    found = []
+    for index in chunk:
+        row_id = cell.rows[index]["_id"]
+        place = cell.turns[row_id]
+        cell.turns[row_id] = by_place[place.conversation_id, place.turn, "place"]
+        found.append(by_place[place.conversation_id, place.turn])
+    return found, path
+
+
 def generations_in_row_order(generator: CellGenerator, cell: PreparedCell):
     """(index, generation, decode path) per row in row order, each chunk generated when its first row is reached."""
     done: dict[int, tuple[Generation, DecodePath]] = {}
     chunk_of = {index: chunk for chunk in cell.chunks for index in chunk}
     for index in range(len(cell.rows)):
-        if index not in done:
+        if index not in done and cell.in_order is not None:
+            chunk = chunk_of[index]
+            generations, path = turns_in_order(generator, cell, chunk)
+            done.update((i, (generation, path)) for i, generation in zip(chunk, generations))
+        elif index not in done:
             chunk = chunk_of[index]
             chunk_others = [cell.others[i] for i in chunk] if cell.others is not None else None
             generations, path = generator.generate([cell.prompts[i] for i in chunk], chunk_others)

@@ -274,18 +274,11 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
 
 
 def multi_turn_problems(config: dict) -> list[str]:
-    """multi_turn.history: generated needs turns run in order, each on the model's previous answer, which the
-    engine does not do yet (engine.decoders.multi_turn runs every turn from the reference answers at once); and
-    kvpress's pipeline engine has no conversation to run."""
+    """kvpress's pipeline engine has no conversation to run: a multi_turn cell of one of its models would be run as
+    question_agnostic, so the config is refused."""
     if "multi_turn" not in (config.get("question_modes") or []):
         return []
     problems = []
-    history = (config.get("multi_turn") or {}).get("history", "reference")
-    if history != "reference":
-        problems.append(
-            f"multi_turn.history {history!r} is not implemented yet: only the reference answers' history "
-            "(multi_turn.history: reference) runs; remove the setting or multi_turn from question_modes"
-        )
     # kvpress's pipeline answers each question of a context from the compressed context alone: it has no conversation
     pipeline_models = [name for name, model in config["models"].items() if model.get("engine") == "kvpress_pipeline"]
     if pipeline_models:
