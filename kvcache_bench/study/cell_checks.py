@@ -133,11 +133,6 @@ def measured_problems(
             "cache slot by slot: the two cannot be combined (docs/other-question.md). Use question_aware or "
             "question_agnostic."
         )
-    if measured.get("masks_slots") and question_mode == QuestionMode.MULTI_TURN:
-        problems.append(
-            f"{method} masks slots per head, and the multi_turn mode builds every turn from one snapshot of the first "
-            "turn's cache, which carries no per-head masks across turns yet. Use question_aware or question_agnostic."
-        )
     if measured.get("compresses_while_decoding"):
         problems += while_decoding_problems(
             method, measured, batch_size=batch_size, question_mode=question_mode, max_new_tokens=max_new_tokens

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import torch
 
-from kvcache_bench.engine.caches import has_key_masks
 from kvcache_bench.engine.decoders import Decoding
 from kvcache_bench.engine.greedy import DecodePath, Generation
 from kvcache_bench.engine.layer_types import layer_types_of
@@ -65,10 +64,10 @@ def compress_first_turn(settings: Decoding, first_turn: PromptTokens) -> Compres
     """Prefill context + first question under the press as question_aware does, and snapshot the compressed cache.
 
     The slots a press kept are traced to their positions (``KeptPositions``) only to count the context's among them;
-    the question's kept slots stay in the cache, as they would in a conversation."""
+    the question's kept slots stay in the cache, as they would in a conversation. A masking press's masks (AdaKV,
+    KVzip) go with the snapshot, off the model: every turn's row hides the same slots, as kvpress's fake keys hide them
+    from every later query at batch 1."""
     model, press = settings.model, settings.press
-    if press is not None and has_key_masks(model):
-        raise ValueError("the multi_turn mode does not carry a press's per-head key masks across turns")
     started = time.perf_counter()
     pressed_layers = layer_types_of(model).pressed_layers
     tracker = KeptPositions(model, pressed_layers) if press is not None else None  # the full cache keeps them all
@@ -78,13 +77,20 @@ def compress_first_turn(settings: Decoding, first_turn: PromptTokens) -> Compres
         )
     prompt_ids = first_turn.context_ids + first_turn.question_ids
     held_back = prompt_ids[done.pressed_tokens :]
+    # the snapshot's keys are only read: every turn's row shares them
+    snapshot = prefilled_from_cache(model, done, first_turn.length, copy=False, held_back_ids=held_back, key_masks=True)
     if tracker is None:
         context_kept = float(len(first_turn.context_ids))
     else:
         by_layer = tracker.positions_by_layer(done.cache)
-        context_kept = context_slots([by_layer[layer] for layer in pressed_layers], len(first_turn.context_ids))
-    # the snapshot's keys are only read: every turn's row shares them
-    snapshot = prefilled_from_cache(model, done, first_turn.length, copy=False, held_back_ids=held_back)
+        # a slot a masking press hid is held, not kept: no query reads it
+        visible = [
+            torch.where(snapshot.key_masks[layer], len(first_turn.context_ids), by_layer[layer])
+            if snapshot.key_masks is not None and snapshot.key_masks[layer] is not None
+            else by_layer[layer]
+            for layer in pressed_layers
+        ]
+        context_kept = context_slots(visible, len(first_turn.context_ids))
     synchronize(model.device)
     return CompressedFirstTurn(snapshot, context_kept, time.perf_counter() - started)
 
@@ -102,6 +108,7 @@ def turn_row(compressed: CompressedFirstTurn, turn: ConversationTurn, share_of_c
         first.pressed_tokens,
         share_of_compression,
         first.held_back_ids + turn.appended_ids,
+        key_masks=first.key_masks,
         slot_positions=first.slot_positions,
         window=first.window,
         kept_by_layer_type=first.kept_by_layer_type,
