@@ -505,3 +505,17 @@ def test_a_generated_history_cell_asks_each_turn_after_the_models_own_answers(sy
             assert record["prompt_tokens"] == reference[record["id"]]["prompt_tokens"] + grown
             assert record["cache_tokens_before_turn"] == record["kept_tokens"] + turns[turn - 2]["prompt_tokens"] - record["pressed_tokens"]
     assert any(r["prompt_tokens"] != reference[r["id"]]["prompt_tokens"] for r in generated), "its answers were not the references"
+
+
+@pytest.mark.parametrize("method", ["kvzip", "adakv_snapkv"])
+def test_a_masking_press_cell_answers_turn_1_as_question_aware_and_decodes_turns_together(synthetic_rows, demo_model, method):
+    """KVzip (its own context-reconstruction pass, needing the tokenizer) and AdaKV hide slots per head: the masks go
+    with every turn's row, so decode batch 6 answers as decode batch 1 and turn 1 as question_aware."""
+    together = run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", method=method, decode_batch_size=6)
+    alone = run_synthetic_cell(synthetic_rows, demo_model, "multi_turn", method=method, decode_batch_size=1)
+    assert [r["prediction"] for r in together] == [r["prediction"] for r in alone]
+    aware = {r["id"]: r for r in run_synthetic_cell(synthetic_rows, demo_model, "question_aware", method=method)}
+    first_turns = [r for r in together if r["turn"] == 1]
+    assert [r["prediction"] for r in first_turns] == [aware[r["id"]]["prediction"] for r in first_turns]
+    # every slot is held, half of them hidden (retention 0.5): a hidden context slot is not counted as kept
+    assert all(r["kept_tokens"] == r["pressed_tokens"] and r["context_tokens_kept"] < 0.6 * r["pressed_tokens"] for r in together)
