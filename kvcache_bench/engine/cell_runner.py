@@ -134,16 +134,19 @@ def plan_chunks(
     together = (Strategy.OTHER_QUESTION, Strategy.MULTI_TURN)
     if strategy == Strategy.SHARED_CONTEXT or (strategy in together and decode_batch_size == 1):
         return groups
-    chunks: list[list[int]] = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
-    groups_in = [0]
+    chunks: list[list[int]] = []
+    groups_in_chunk = 0
     for group in groups:
-        fits = groups_in[-1] < decode_batch_size if conversations_in_order else None
-        if chunks and (fits if fits is not None else len(chunks[-1]) + len(group) <= decode_batch_size):
-            groups_in[-1] += 1
+        if conversations_in_order:  # up to decode_batch_size conversations: turn t of each is one decode row
+            fits = groups_in_chunk < decode_batch_size
+        else:  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
+            fits = bool(chunks) and len(chunks[-1]) + len(group) <= decode_batch_size
+        if chunks and fits:
             chunks[-1] = chunks[-1] + group
+            groups_in_chunk += 1
         else:
             chunks.append(list(group))
-            groups_in.append(1)
+            groups_in_chunk = 1
     return chunks
 
 
@@ -588,20 +591,22 @@ def turns_in_order(generator: CellGenerator, cell: PreparedCell, chunk: list[int
     generations, asked, path = generate_turns_in_order(
         generator.decoding, [cell.in_order[conversation] for conversation in conversation_ids]
     )
-    by_place = {}
+    answered_at: dict[tuple[str, int], Generation] = {}
+    asked_at: dict[tuple[str, int], TurnPlace] = {}
     for conversation, answered, turns in zip(conversation_ids, generations, asked):
         previous = None
         for turn, (generation, turn_asked) in enumerate(zip(answered, turns), start=1):
-            by_place[conversation, turn] = generation
-            place = TurnPlace(conversation, turn, len(turns), previous, tuple(turn_asked.appended_ids))
+            answered_at[conversation, turn] = generation
+            asked_at[conversation, turn] = TurnPlace(
+                conversation, turn, len(turns), previous, tuple(turn_asked.appended_ids)
+            )
             previous = turn_asked.prompt_tokens
-            by_place[conversation, turn, "place"] = place
     found = []
     for index in chunk:
         row_id = cell.rows[index]["_id"]
-        place = cell.turns[row_id]
-        cell.turns[row_id] = by_place[place.conversation_id, place.turn, "place"]
-        found.append(by_place[place.conversation_id, place.turn])
+        where = (cell.turns[row_id].conversation_id, cell.turns[row_id].turn)
+        cell.turns[row_id] = asked_at[where]  # the records' place: the turn as it was really asked
+        found.append(answered_at[where])
     return found, path
 
 
