@@ -519,3 +519,45 @@ def test_a_masking_press_cell_answers_turn_1_as_question_aware_and_decodes_turns
     assert [r["prediction"] for r in first_turns] == [aware[r["id"]]["prediction"] for r in first_turns]
     # every slot is held, half of them hidden (retention 0.5): a hidden context slot is not counted as kept
     assert all(r["kept_tokens"] == r["pressed_tokens"] and r["context_tokens_kept"] < 0.6 * r["pressed_tokens"] for r in together)
+
+
+def test_smollm2_answers_every_turn_as_transformers_does_over_its_chat_template_of_the_whole_conversation(smollm2_model_dir, tmp_path):
+    """Real weights and a real chat template, end to end through the cell: RULER multi-key haystacks made as the data
+    rule makes them, 4 questions on one haystack. At every turn the full cache's answer and prompt length equal
+    transformers' generate over the template's rendering of the conversation so far (reference answers as history)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kvcache_bench.data.haystack import make_ruler_haystack_dataset
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
+    from kvcache_bench.files import read_jsonl
+    from kvcache_bench.study.cell import CellRun
+    from kvcache_bench.study.prompts import split_prompt
+
+    layout = tmp_path / "ruler" / "niah_multikey_1" / "test.parquet"
+    layout.parent.mkdir(parents=True)
+    make_ruler_haystack_dataset("niah_multikey_1", tokenizer_dir=smollm2_model_dir, prompt_length=400, num_examples=4, seed=3,
+                                ruler_layout_path=layout, rows_path=tmp_path / "rows.jsonl", params={}, questions_per_haystack=4)
+    rows = {row["_id"]: row for row in read_jsonl(tmp_path / "rows.jsonl")}
+    run = CellRun(task="niah_multikey_1", model_settings=ModelSettings(path=smollm2_model_dir, dtype="float32", device="cpu", max_context_tokens=4096),
+                  method="full_cache", retention=1.0, question_mode="multi_turn", max_new_tokens=16, seed=0, decode_batch_size=4)
+    records = list(run_cell(list(rows.values()), run, progress=False))
+    assert [r["turn"] for r in records] == [1, 2, 3, 4] and records[0]["chat_template"]
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_model_dir, dtype=torch.float32).eval()
+    messages: list[dict] = []
+    for previous, record in zip([None] + records[:-1], records):
+        row = rows[record["id"]]
+        context, question = split_prompt("niah_multikey_1", row["context"], row["input"])
+        if previous is None:
+            messages = [{"role": "user", "content": context + question}]
+        else:
+            asked = rows[previous["id"]]
+            messages += [{"role": "assistant", "content": asked["answer_prefix"] + asked["answers"][0]}, {"role": "user", "content": question}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + row["answer_prefix"]
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt").input_ids
+        with torch.inference_mode():
+            output = model.generate(ids, max_new_tokens=16, do_sample=False, eos_token_id=tokenizer.eos_token_id, pad_token_id=0)
+        assert record["prompt_tokens"] == ids.shape[1]
+        assert record["prediction"] == tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True)
+    assert sum(r["prediction"].strip(" .") == r["references"][0] for r in records) >= 2, "the model reads the haystack"
