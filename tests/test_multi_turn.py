@@ -292,10 +292,10 @@ def multi_turn_problems(method, *, batch_size=1, sliding=None):
     return problems_of(cell, None, shipped_properties(method), 32, sliding)
 
 
-def test_presses_that_compress_while_decoding_are_refused_with_their_reason_and_masking_presses_run():
+def test_only_batch_size_above_1_is_refused_and_masking_and_decoding_presses_run():
     assert multi_turn_problems("snapkv") == [] and multi_turn_problems("knorm") == []
     assert multi_turn_problems("kvzip") == multi_turn_problems("adakv_snapkv") == []  # masks go with every turn's row
-    assert any("compresses while decoding" in p and "multi_turn" in p for p in multi_turn_problems("decoding_knorm"))
+    assert not any("multi_turn" in p for p in multi_turn_problems("decoding_knorm"))  # it runs, over appended turns too
     assert any("batch size 4" in p for p in multi_turn_problems("snapkv", batch_size=4))
     assert multi_turn_problems("snapkv", sliding="keep") == []  # Gemma 3's sliding layers run (tested below)
 
@@ -561,3 +561,78 @@ def test_smollm2_answers_every_turn_as_transformers_does_over_its_chat_template_
         assert record["prompt_tokens"] == ids.shape[1]
         assert record["prediction"] == tokenizer.decode(output[0, ids.shape[1] :], skip_special_tokens=True)
     assert sum(r["prediction"].strip(" .") == r["references"][0] for r in records) >= 2, "the model reads the haystack"
+
+
+DECODING_BUDGET = {"compression_interval": 2, "target_size": 64, "hidden_states_buffer_size": 4}
+
+
+@torch.inference_mode()
+def kvpress_decoding_loop(model, press, turn: ConversationTurn) -> tuple[list[int], int]:
+    """kvpress's pipeline with a DecodingPress, by hand: context + first question (but its tail) prefilled without the
+    press, then inside ``with press(model)`` the tail and every appended id as one block and each greedy step."""
+    from transformers import DynamicCache
+
+    ids = turn.first_turn.context_ids + turn.first_turn.question_ids
+    pressed, rest = ids[:-HELD_BACK], ids[-HELD_BACK:] + turn.appended_ids
+    cache = DynamicCache()
+    model(input_ids=torch.tensor([pressed]), past_key_values=cache, use_cache=True)
+    position = len(pressed)
+    with press(model):
+        logits = model(
+            input_ids=torch.tensor([rest]), past_key_values=cache, use_cache=True,
+            position_ids=torch.arange(position, position + len(rest)).view(1, -1),
+        ).logits[:, -1]
+        position += len(rest)
+        tokens = []
+        for _ in range(NEW_TOKENS):
+            token = int(logits.argmax(-1))
+            tokens.append(token)
+            if token in STOP or len(tokens) == NEW_TOKENS:  # the answer's last token never goes through the cache
+                break
+            logits = model(
+                input_ids=torch.tensor([[token]]), past_key_values=cache, position_ids=torch.tensor([[position]]), use_cache=True
+            ).logits[:, -1]
+            position += 1
+    return tokens, cache.get_seq_length()
+
+
+def test_a_press_that_compresses_while_decoding_is_active_over_every_appended_turn_and_the_answer(model):
+    from kvcache_bench.engine.decoders import press_while_decoding
+
+    turns = conversation_turns(150, 4, seed=11)
+    decoding = Decoding(model, build_press("decoding_knorm", 1.0, DECODING_BUDGET, seed=0), QuestionMode.MULTI_TURN, NEW_TOKENS, STOP)
+    generations = [
+        press_while_decoding.decode(replace_press(decoding), [turn.first_turn], [turn.appended_ids])[0][0] for turn in turns
+    ]
+    for turn, generation in zip(turns, generations):
+        expected, held = kvpress_decoding_loop(model, build_press("decoding_knorm", 1.0, DECODING_BUDGET, seed=0), turn)
+        assert generation.token_ids == expected and generation.kept_tokens == held == 64  # compressed to its target
+        assert generation.prompt_tokens == turn.prompt_tokens
+
+
+def replace_press(decoding):
+    """A fresh press per turn: a decoding press keeps its step counts on itself, as a cell's press per example."""
+    from dataclasses import replace
+
+    return replace(decoding, press=build_press("decoding_knorm", 1.0, DECODING_BUDGET, seed=0))
+
+
+@pytest.mark.parametrize("history", ["reference", "generated"])
+def test_a_decoding_press_cell_records_its_turns_as_compressed_while_decoding(synthetic_rows, demo_model, history):
+    from kvcache_bench.engine.cell_runner import run_cell
+    from kvcache_bench.engine.loading import ModelSettings
+    from kvcache_bench.study.cell import CellRun
+
+    settings = ModelSettings(path=demo_model, dtype="float32", device="cpu", max_context_tokens=2048)
+    common = dict(task="synthetic_qa", model_settings=settings, retention=1.0, max_new_tokens=4, seed=0)
+    run = CellRun(method="decoding_knorm", question_mode="multi_turn", method_kwargs={**DECODING_BUDGET, "target_size": 32},
+                  multi_turn_history=history, decode_batch_size=4, **common)
+    records = list(run_cell(synthetic_rows, run, progress=False))
+    assert [r["turn"] for r in records] == [1, 2, 3] * 3
+    assert all(r["compressed_while_decoding"] and r["appended_turns_compressed"] for r in records)
+    assert all(r["kept_tokens"] == 32 < r["pressed_tokens"] for r in records)  # the cache after decoding, at its target
+    assert all(r["cache_tokens_before_turn"] is None and r["context_tokens_kept"] is None for r in records)  # not traced
+    assert all(r["effective_decode_batch_size"] == 1 for r in records)
+    aware = CellRun(method="decoding_knorm", question_mode="question_aware", method_kwargs={**DECODING_BUDGET, "target_size": 32}, **common)
+    first_turns = {r["id"]: r["prediction"] for r in run_cell(synthetic_rows, aware, progress=False)}
+    assert [r["prediction"] for r in records if r["turn"] == 1] == [first_turns[r["id"]] for r in records if r["turn"] == 1]

@@ -16,6 +16,7 @@ from kvcache_bench.engine.decoders.press_while_decoding import (
     WHILE_DECODING_FALLBACK,  # noqa: F401  (named by tests and docs)
     presses_while_decoding,
 )
+from kvcache_bench.engine.decoders.press_while_decoding import generate_turns_in_order as while_decoding_in_order
 from kvcache_bench.engine.example_clock import prefill_waits
 from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation, decode_answer
 from kvcache_bench.engine.layer_types import LayerTypes, layer_types_of
@@ -87,10 +88,11 @@ def choose_strategy(
     question-aware or question-agnostic. A press that hides slots through kvpress's per-model masks decodes together
     like any other: each example's (or shared context's) masks go with its snapshot into the decode batch."""
     if press_while_decoding:
-        if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
+        allowed = (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC, QuestionMode.MULTI_TURN)
+        if batch_size > 1 or mode not in allowed:
             raise ValueError(
-                "a press that compresses while decoding runs one example at a time, question_aware or "
-                f"question_agnostic; batch size {batch_size}, {mode.value} asked"
+                "a press that compresses while decoding runs one example at a time, question_aware, "
+                f"question_agnostic or multi_turn; batch size {batch_size}, {mode.value} asked"
             )
         return Strategy.PRESS_WHILE_DECODING
     if mode == QuestionMode.MULTI_TURN:
@@ -126,7 +128,7 @@ def plan_chunks(
         Strategy.PADDED_BATCH: batch_size,
         Strategy.DECODE_MANY: decode_batch_size,
     }
-    if strategy in per_chunk:
+    if strategy in per_chunk and not conversations_in_order:
         size = per_chunk[strategy]
         return [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
     # a multi_turn row's prompt is its conversation's first (one context, one conversation); ``others`` its turn's ids
@@ -327,14 +329,26 @@ def rows_in_conversations(rows: list[dict], run: CellRun, tokenizer, first_promp
 
 
 def multi_turn_record(
-    place: TurnPlace, generation: Generation, history: str, layer_types: LayerTypes, slot_bytes: float, full: float
+    place: TurnPlace,
+    generation: Generation,
+    history: str,
+    layer_types: LayerTypes,
+    slot_bytes: float,
+    full: float,
+    compressed_while_decoding: bool = False,
 ) -> dict:
     """A multi_turn record's own fields. The cache a turn answers from is its first turn's kept slots and every token
     appended since (the first prompt's held-back tail included), none compressed: a press that compresses at prefill
-    alone never sees them (presses that compress while decoding are refused in this mode).
+    alone never sees them. A press that compresses while decoding is active over them and the answer
+    (``compressed_while_decoding``): its record keeps ``bytes_held``'s bytes of the cache after decoding, and what the
+    cache held before the turn and of the context is not traced (None).
 
     Its bytes are counted as ``bytes_held`` counts a prompt's: a sliding layer holds at most its window's last W - 1
     positions, so the appended turns fill a sliding layer only up to that (per layer type, on the type's mean)."""
+    where = {"turn": place.turn, "turns": place.turns, "conversation_id": place.conversation_id}
+    if compressed_while_decoding:
+        untraced = {"cache_tokens_before_turn": None, "context_tokens_kept": None}
+        return {**where, "multi_turn_history": history, **untraced, "appended_turns_compressed": True}
     kept, appended = generation.kept_tokens, generation.prompt_tokens - generation.pressed_tokens
     previous = place.previous_prompt_tokens
     held_by_type = None
@@ -351,9 +365,7 @@ def multi_turn_record(
     )
     held = bytes_held(at_answer, layer_types, slot_bytes, full)
     return {
-        "turn": place.turn,
-        "turns": place.turns,
-        "conversation_id": place.conversation_id,
+        **where,
         "multi_turn_history": history,
         "cache_tokens_before_turn": kept if previous is None else kept + previous - generation.pressed_tokens,
         "context_tokens_kept": generation.kept_context_slots,
@@ -512,7 +524,7 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
         raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if generator.strategy == Strategy.OTHER_QUESTION else None
-    if generator.strategy == Strategy.MULTI_TURN:
+    if run.mode == QuestionMode.MULTI_TURN:  # whichever strategy runs it (a press that compresses while decoding too)
         others = [list(turns[row["_id"]].appended_ids) for row in rows]
     if generator.decoding.press is not None and (
         problem := prompt_length_problem(
@@ -588,7 +600,11 @@ def turns_in_order(generator: CellGenerator, cell: PreparedCell, chunk: list[int
     """A chunk of multi_turn conversations with generated history: (generations, decode path) in the chunk's order.
     Each row's place is made again from the turn it was really asked (the model's answers before it)."""
     conversation_ids = list(dict.fromkeys(cell.turns[cell.rows[i]["_id"]].conversation_id for i in chunk))
-    generations, asked, path = generate_turns_in_order(
+    # a press that compresses while decoding runs each turn alone, the press active over its appended turns
+    in_order = (
+        while_decoding_in_order if generator.strategy == Strategy.PRESS_WHILE_DECODING else generate_turns_in_order
+    )
+    generations, asked, path = in_order(
         generator.decoding, [cell.in_order[conversation] for conversation in conversation_ids]
     )
     answered_at: dict[tuple[str, int], Generation] = {}
@@ -670,7 +686,11 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
         }
         if (place := cell.turns.get(row["_id"])) is not None:
             history = run.multi_turn_history
-            measured.update(multi_turn_record(place, generation, history, layer_types, slot_bytes, full_slot_bytes))
+            while_decoding = setting["compressed_while_decoding"]
+            fields = multi_turn_record(
+                place, generation, history, layer_types, slot_bytes, full_slot_bytes, while_decoding
+            )
+            measured.update(fields)
         answer = decode_answer(tokenizer, generation.token_ids)
         yield prediction_record(row, cell.prompts[index], generation, answer, {**setting, **path.record(), **measured})
         bar.update(1)

@@ -176,12 +176,6 @@ def while_decoding_problems(
             "compresses the context with a question and removes that question before answering, which such a press "
             "never does (it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
         )
-    if question_mode == QuestionMode.MULTI_TURN:
-        problems.append(
-            f"{method} compresses while decoding, and the multi_turn mode builds every turn from the first turn's "
-            "compressed cache with the later turns appended uncompressed: such a press would compress those turns "
-            "too, one conversation at a time, which this mode does not run. Use question_aware or question_agnostic."
-        )
     construction = measured.get("construction")
     if construction is None and measured.get("decoding_budget"):  # shipped facts carry the default budget alone
         construction = {"kwargs": measured["decoding_budget"]}

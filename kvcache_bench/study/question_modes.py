@@ -77,7 +77,8 @@ MULTI_TURN_HISTORIES = (HISTORY_REFERENCE, HISTORY_GENERATED)
 # The fields a multi_turn prediction record adds (engine.cell_runner.multi_turn_record), for the tables that read them:
 # turn (1-based), turns (K), conversation_id, multi_turn_history, cache_tokens_before_turn (turn 1's kept slots plus
 # the tokens earlier turns appended), context_tokens_kept, kv_bytes_held and kv_bytes_uncompressed (the cache the turn
-# answers from, and the full cache's then), appended_turns_compressed (false: no press here compresses them).
+# answers from, and the full cache's then), appended_turns_compressed (true only for a press that compresses while
+# decoding: it is active over the appended turns; then cache_tokens_before_turn and context_tokens_kept are None).
 MULTI_TURN_RECORD_FIELDS = (
     "turn",
     "turns",

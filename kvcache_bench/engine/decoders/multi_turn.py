@@ -115,6 +115,22 @@ def turn_row(compressed: CompressedFirstTurn, turn: ConversationTurn, share_of_c
     )
 
 
+def as_question_aware(turn: ConversationTurn) -> PromptTokens:
+    """This turn as one question_aware prompt whose held-back tail is the first prompt's tail and every appended id:
+    a press sees the same tokens, and the rest runs after them at the same positions. A press that compresses while
+    decoding runs each turn so (``decoders.press_while_decoding``): active over the appended turns and the answer."""
+    first = turn.first_turn
+    return PromptTokens(
+        first.context_ids,
+        first.question_ids + turn.appended_ids,
+        held_back_tokens=max(1, first.held_back_tokens) + len(turn.appended_ids),
+        truncated=first.truncated,
+        original_tokens=first.original_tokens,
+        chat_template=first.chat_template,
+        truncated_by=first.truncated_by,
+    )
+
+
 def conversation_groups(turns: list[ConversationTurn]) -> list[list[int]]:
     """Indices of turns on the same first prompt (one conversation), in order of first appearance."""
     groups: dict[tuple[int, ...], list[int]] = {}
