@@ -85,8 +85,9 @@ def choose_strategy(
     """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations).
 
     ``press_while_decoding``: the press compresses while decoding (``presses_while_decoding``): batch 1 always,
-    question-aware or question-agnostic. A press that hides slots through kvpress's per-model masks decodes together
-    like any other: each example's (or shared context's) masks go with its snapshot into the decode batch."""
+    question-aware, question-agnostic or multi_turn (each turn alone). A press that hides slots through kvpress's
+    per-model masks decodes together like any other: each example's (or shared context's) masks go with its snapshot
+    into the decode batch."""
     if press_while_decoding:
         allowed = (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC, QuestionMode.MULTI_TURN)
         if batch_size > 1 or mode not in allowed:
