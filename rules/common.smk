@@ -345,6 +345,12 @@ def max_new_tokens(wildcards):
     return study.max_new_tokens(config, wildcards.task)
 
 
+def multi_turn_history(wildcards):
+    """What a multi_turn cell's later turns append as the previous answer (config multi_turn.history); None for the
+    other question modes, which have no later turn."""
+    return config["multi_turn"]["history"] if wildcards.question_mode == "multi_turn" else None
+
+
 def method_kwargs(wildcards):
     return config["method_kwargs"].get(wildcards.method, {})
 

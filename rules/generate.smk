@@ -25,6 +25,7 @@ rule generate:
         **model_job_params("generate.py"),
         engine=lookup(dpath="models/{model}/engine", within=config),
         max_new_tokens=max_new_tokens,
+        multi_turn_history=multi_turn_history,
         method_kwargs=method_kwargs,
         custom_methods=custom_methods_needed,
         press_code=press_code,

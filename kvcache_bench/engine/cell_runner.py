@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from kvcache_bench.engine.attention_plans import build_plans, plans_mode, prompt_calls, recording_prompt_attention
 from kvcache_bench.engine.caches import kv_bytes_per_token
 from kvcache_bench.engine.decoders import DECODERS, Strategy, shared_context_groups
+from kvcache_bench.engine.decoders.multi_turn import ConversationInOrder, generate_turns_in_order
 from kvcache_bench.engine.decoders.press_while_decoding import (
     WHILE_DECODING_FALLBACK,  # noqa: F401  (named by tests and docs)
     presses_while_decoding,
 )
+from kvcache_bench.engine.decoders.press_while_decoding import generate_turns_in_order as while_decoding_in_order
 from kvcache_bench.engine.example_clock import prefill_waits
 from kvcache_bench.engine.greedy import DecodePath, Decoding, Generation, decode_answer
 from kvcache_bench.engine.layer_types import LayerTypes, layer_types_of
@@ -33,9 +35,22 @@ from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.cell_checks import check_setting
 from kvcache_bench.study.context_limits import context_setting_problem, model_context
 from kvcache_bench.study.press_values import decoding_budget_problem, prompt_length_problem
-from kvcache_bench.study.prompt_tokens import PromptTokens, extra_stop_ids, prompt_within_context, vocabulary_problem
+from kvcache_bench.study.prompt_tokens import (
+    PromptTokens,
+    appended_turn_ids,
+    extra_stop_ids,
+    prompt_within_context,
+    vocabulary_problem,
+)
 from kvcache_bench.study.prompts import NEWLINE_STOP_TASKS, stop_rule
-from kvcache_bench.study.question_modes import QuestionMode, other_questions
+from kvcache_bench.study.question_modes import (
+    HISTORY_GENERATED,
+    MULTI_TURN_HISTORIES,
+    QuestionMode,
+    conversations,
+    other_questions,
+)
+from kvcache_bench.study.sliding_layers import SLIDING
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +66,12 @@ SECONDS_COVER = (
 
 
 # strategies whose decode steps run through static_decode.decode_together (static buffers, CUDA graphs on a GPU)
-DECODED_TOGETHER = (Strategy.DECODE_MANY, Strategy.SHARED_CONTEXTS_TOGETHER, Strategy.OTHER_QUESTION)
+DECODED_TOGETHER = (
+    Strategy.DECODE_MANY,
+    Strategy.SHARED_CONTEXTS_TOGETHER,
+    Strategy.OTHER_QUESTION,
+    Strategy.MULTI_TURN,
+)
 
 
 def choose_strategy(
@@ -65,15 +85,21 @@ def choose_strategy(
     """The one strategy a cell runs with (``check_setting`` has refused the impossible combinations).
 
     ``press_while_decoding``: the press compresses while decoding (``presses_while_decoding``): batch 1 always,
-    question-aware or question-agnostic. A press that hides slots through kvpress's per-model masks decodes together
-    like any other: each example's (or shared context's) masks go with its snapshot into the decode batch."""
+    question-aware, question-agnostic or multi_turn (each turn alone). A press that hides slots through kvpress's
+    per-model masks decodes together like any other: each example's (or shared context's) masks go with its snapshot
+    into the decode batch."""
     if press_while_decoding:
-        if batch_size > 1 or mode not in (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC):
+        allowed = (QuestionMode.QUESTION_AWARE, QuestionMode.QUESTION_AGNOSTIC, QuestionMode.MULTI_TURN)
+        if batch_size > 1 or mode not in allowed:
             raise ValueError(
-                "a press that compresses while decoding runs one example at a time, question_aware or "
-                f"question_agnostic; batch size {batch_size}, {mode.value} asked"
+                "a press that compresses while decoding runs one example at a time, question_aware, "
+                f"question_agnostic or multi_turn; batch size {batch_size}, {mode.value} asked"
             )
         return Strategy.PRESS_WHILE_DECODING
+    if mode == QuestionMode.MULTI_TURN:
+        if batch_size > 1:  # check_setting refuses it: a padded batch would be turn 1 alone
+            raise ValueError(f"the multi_turn mode batches by decode_batch_size; batch size {batch_size} asked")
+        return Strategy.MULTI_TURN
     if batch_size > 1:
         return Strategy.PADDED_BATCH
     if mode.removes_the_question_it_showed:
@@ -91,26 +117,39 @@ def plan_chunks(
     batch_size: int,
     decode_batch_size: int,
     others: list[list[int]] | None = None,
+    conversations_in_order: bool = False,
 ) -> list[list[int]]:
-    """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk."""
+    """The indices of prompts generated together, chunk by chunk; every index in exactly one chunk.
+
+    ``conversations_in_order``: multi_turn with generated history, whose turn t of every conversation in a chunk
+    decodes together: a chunk holds up to ``decode_batch_size`` whole conversations."""
     per_chunk = {
         Strategy.ONE_BY_ONE: 1,
         Strategy.PRESS_WHILE_DECODING: 1,
         Strategy.PADDED_BATCH: batch_size,
         Strategy.DECODE_MANY: decode_batch_size,
     }
-    if strategy in per_chunk:
+    if strategy in per_chunk and not conversations_in_order:
         size = per_chunk[strategy]
         return [list(range(start, min(start + size, len(prompts)))) for start in range(0, len(prompts), size)]
-    groups = shared_context_groups(prompts, others)
-    if strategy == Strategy.SHARED_CONTEXT or (strategy == Strategy.OTHER_QUESTION and decode_batch_size == 1):
+    # a multi_turn row's prompt is its conversation's first (one context, one conversation); ``others`` its turn's ids
+    groups = shared_context_groups(prompts, others if strategy == Strategy.OTHER_QUESTION else None)
+    together = (Strategy.OTHER_QUESTION, Strategy.MULTI_TURN)
+    if strategy == Strategy.SHARED_CONTEXT or (strategy in together and decode_batch_size == 1):
         return groups
-    chunks: list[list[int]] = []  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
+    chunks: list[list[int]] = []
+    groups_in_chunk = 0
     for group in groups:
-        if chunks and len(chunks[-1]) + len(group) <= decode_batch_size:
+        if conversations_in_order:  # up to decode_batch_size conversations: turn t of each is one decode row
+            fits = groups_in_chunk < decode_batch_size
+        else:  # whole shared-context groups, packed until a chunk holds decode_batch_size questions
+            fits = bool(chunks) and len(chunks[-1]) + len(group) <= decode_batch_size
+        if chunks and fits:
             chunks[-1] = chunks[-1] + group
+            groups_in_chunk += 1
         else:
             chunks.append(list(group))
+            groups_in_chunk = 1
     return chunks
 
 
@@ -218,6 +257,125 @@ def other_question_tokens(
     return others
 
 
+@dataclass(frozen=True)
+class TurnPlace:
+    """Where a multi_turn row sits in its conversation: what its record says beside the example's own fields."""
+
+    conversation_id: str  # study.question_modes.context_hash of the context its turns share
+    turn: int  # 1-based position in the seeded order
+    turns: int  # questions on the context
+    # the conversation's tokens up to the previous turn's answer (its prompt); None for turn 1
+    previous_prompt_tokens: int | None
+    appended_ids: tuple[int, ...]  # every id after the first turn's prompt up to this turn's generation prompt
+
+
+@dataclass(frozen=True)
+class CellConversations:
+    """A multi_turn cell's conversations: each row's place and first prompt, and, with the generated history, each
+    conversation as the engine runs it in order (its later turns are made from the model's answers as they come)."""
+
+    rows: list[dict]  # conversation by conversation, in turn order
+    places: dict[str, TurnPlace]  # row id -> its place; with generated history, as the reference answers would make it
+    first_prompts: dict[str, PromptTokens]  # row id -> its conversation's first prompt
+    in_order: dict[str, ConversationInOrder] | None  # conversation id -> itself (generated history); None: reference
+
+
+def generated_turn_ids(
+    tokenizer, task: str, asked: list[dict], chat_template: bool, turn: int, answer_ids: list[list[int]]
+) -> list[int]:
+    """The ids turn ``turn`` appends with generated history: the model's answers as the records keep them
+    (``decode_answer``), in the model's prompt form (``appended_turn_ids``)."""
+    answers = [decode_answer(tokenizer, ids) for ids in answer_ids]
+    return appended_turn_ids(tokenizer, task, asked[:turn], answers, chat_template=chat_template)[turn - 1]
+
+
+def rows_in_conversations(rows: list[dict], run: CellRun, tokenizer, first_prompt) -> CellConversations:
+    """The rows the multi_turn mode can use, in conversations. ``first_prompt(row)``: a row's prompt as the cell
+    builds it.
+
+    A later turn appends the previous turn's first reference answer (``multi_turn.history: reference``), or the
+    model's own answer (``generated``: its places are made again as the turns are answered); a context with one
+    question has no conversation (the generate job refuses a dataset with none: runtime.not_run)."""
+    if run.multi_turn_history not in MULTI_TURN_HISTORIES:
+        raise ValueError(f"multi_turn.history {run.multi_turn_history!r}: expected one of {MULTI_TURN_HISTORIES}")
+    chat = run.model_settings.chat_template
+    usable, places, prompts = [], {}, {}
+    in_order: dict[str, ConversationInOrder] = {}
+    for conversation in conversations(rows, run.seed):
+        missing = [row["_id"] for row in conversation.rows[:-1] if not row.get("answers")]
+        if missing:
+            raise ValueError(f"multi_turn appends each question's reference answer, and rows {missing} have none")
+        first = first_prompt(conversation.rows[0])
+        answers = [row["answers"][0] for row in conversation.rows]
+        appended = appended_turn_ids(tokenizer, run.task, list(conversation.rows), answers, chat_template=chat)
+        so_far: list[int] = []
+        previous = None
+        for turn, (row, turn_ids) in enumerate(zip(conversation.rows, appended), start=1):
+            so_far = so_far + turn_ids
+            place = TurnPlace(conversation.conversation_id, turn, conversation.turns, previous, tuple(so_far))
+            places[row["_id"]] = place
+            prompts[row["_id"]] = first
+            previous = first.length + len(so_far)
+        usable += conversation.rows
+        if run.multi_turn_history == HISTORY_GENERATED:
+            appended_for = functools.partial(generated_turn_ids, tokenizer, run.task, list(conversation.rows), chat)
+            in_order[conversation.conversation_id] = ConversationInOrder(first, conversation.turns, appended_for)
+    log.info(
+        "multi_turn: %d of %d examples in %d conversations (the rest are the only question on their context)",
+        len(usable),
+        len(rows),
+        len({place.conversation_id for place in places.values()}),
+    )
+    return CellConversations(usable, places, prompts, in_order if run.multi_turn_history == HISTORY_GENERATED else None)
+
+
+def multi_turn_record(
+    place: TurnPlace,
+    generation: Generation,
+    history: str,
+    layer_types: LayerTypes,
+    slot_bytes: float,
+    full: float,
+    compressed_while_decoding: bool = False,
+) -> dict:
+    """A multi_turn record's own fields. The cache a turn answers from is its first turn's kept slots and every token
+    appended since (the first prompt's held-back tail included), none compressed: a press that compresses at prefill
+    alone never sees them. A press that compresses while decoding is active over them and the answer
+    (``compressed_while_decoding``): its record keeps ``bytes_held``'s bytes of the cache after decoding, and what the
+    cache held before the turn and of the context is not traced (None).
+
+    Its bytes are counted as ``bytes_held`` counts a prompt's: a sliding layer holds at most its window's last W - 1
+    positions, so the appended turns fill a sliding layer only up to that (per layer type, on the type's mean)."""
+    where = {"turn": place.turn, "turns": place.turns, "conversation_id": place.conversation_id}
+    if compressed_while_decoding:
+        untraced = {"cache_tokens_before_turn": None, "context_tokens_kept": None}
+        return {**where, "multi_turn_history": history, **untraced, "appended_turns_compressed": True}
+    kept, appended = generation.kept_tokens, generation.prompt_tokens - generation.pressed_tokens
+    previous = place.previous_prompt_tokens
+    held_by_type = None
+    if generation.kept_by_layer_type is not None:
+        held_by_type = {
+            kind: min(slots + appended, layer_types.window - 1) if kind == SLIDING else slots + appended
+            for kind, slots in generation.kept_by_layer_type.items()
+        }
+    at_answer = replace(
+        generation,
+        kept_tokens=kept + appended,
+        pressed_tokens=generation.prompt_tokens,
+        kept_by_layer_type=held_by_type,
+    )
+    held = bytes_held(at_answer, layer_types, slot_bytes, full)
+    return {
+        **where,
+        "multi_turn_history": history,
+        "cache_tokens_before_turn": kept if previous is None else kept + previous - generation.pressed_tokens,
+        "context_tokens_kept": generation.kept_context_slots,
+        # what the cache holds when this turn's answer starts, and what the full cache would hold then
+        **{name: value for name, value in held.items() if name.startswith("kv_bytes_")},
+        "appended_turns_compressed": False,
+    }
+
+
 def cell_press(run: CellRun):
     """The run's press (None for the full cache), built afresh."""
     return build_press(run.method, run.retention, run.method_kwargs, seed=run.seed, custom_methods=run.custom_methods)
@@ -290,7 +448,7 @@ def pressed_lengths(prompts: list[PromptTokens], mode: QuestionMode, others: lis
     (``others``: the other questions' pressed tokens)."""
     if mode.removes_the_question_it_showed:
         return [len(p.context_ids) + len(other) for p, other in zip(prompts, others)]
-    if mode == QuestionMode.QUESTION_AWARE:
+    if mode in (QuestionMode.QUESTION_AWARE, QuestionMode.MULTI_TURN):  # multi_turn: its first turn's, question_aware
         return [p.length - max(1, p.held_back_tokens) for p in prompts]
     return [len(p.context_ids) for p in prompts]
 
@@ -301,9 +459,14 @@ class PreparedCell:
 
     rows: list[dict]
     prompts: list[PromptTokens]
-    others: list[list[int]] | None  # in the other-question mode, each prompt's other question as the press sees it
+    # in the other-question mode, each prompt's other question as the press sees it; in the multi_turn mode each
+    # turn's ids after its conversation's first prompt (each of its prompts)
+    others: list[list[int]] | None
     partner: dict[str, str | None]  # row id -> the id of the question whose slots the press saw and lost
     chunks: list[list[int]]
+    # row id -> its place in its multi_turn conversation (with generated history, filled in as its turns are answered)
+    turns: dict[str, TurnPlace] = field(default_factory=dict)
+    in_order: dict[str, ConversationInOrder] | None = None  # multi_turn with generated history: its conversations
 
 
 def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGenerator) -> PreparedCell:
@@ -330,17 +493,40 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     ):
         raise ValueError(problem)
     trained = context.tokens if context is not None else None
-    prompts = [
-        prompt_within_context(
+
+    def prompt_of(row: dict) -> PromptTokens:
+        return prompt_within_context(
             tokenizer, run.task, row, limit, model_context=trained, answer_tokens=run.max_new_tokens, chat_template=chat
         )
-        for row in rows
-    ]
+
+    turns: dict[str, TurnPlace] = {}
+    in_order = None
+    if run.mode == QuestionMode.MULTI_TURN:
+        found = rows_in_conversations(rows, run, tokenizer, prompt_of)
+        rows, turns, in_order = found.rows, found.places, found.in_order
+        prompts = [found.first_prompts[row["_id"]] for row in rows]
+        # with generated history each earlier answer may take up to max_new_tokens besides its reference's tokens
+        answer_room = run.max_new_tokens if in_order else 0
+        places = [turns[row["_id"]] for row in rows]
+        longest = max(
+            (p.length + len(place.appended_ids) + (place.turn - 1) * answer_room for p, place in zip(prompts, places)),
+            default=0,
+        )
+        if trained is not None and longest + run.max_new_tokens > trained:
+            raise ValueError(
+                f"a multi_turn conversation takes {longest} tokens before its last answer, and the model has {trained}"
+                f" positions for it and its {run.max_new_tokens} new tokens: lower models.<name>.max_context_tokens"
+                " (turn 1's context is cut to it) or use fewer questions per context"
+            )
+    else:
+        prompts = [prompt_of(row) for row in rows]
     vocabulary = generator.decoding.model.get_input_embeddings().num_embeddings
     ids = [str(row.get("_id")) for row in rows]
     if problem := vocabulary_problem(prompts, ids, vocabulary, run.model_settings.path):
         raise ValueError(problem)
     others = other_question_tokens(prompts, rows, partner) if generator.strategy == Strategy.OTHER_QUESTION else None
+    if run.mode == QuestionMode.MULTI_TURN:  # whichever strategy runs it (a press that compresses while decoding too)
+        others = [list(turns[row["_id"]].appended_ids) for row in rows]
     if generator.decoding.press is not None and (
         problem := prompt_length_problem(
             run.method, run.method_kwargs or {}, pressed_lengths(prompts, generator.decoding.mode, others)
@@ -348,9 +534,14 @@ def prepare_cell(rows: list[dict], run: CellRun, tokenizer, generator: CellGener
     ):
         raise ValueError(problem)  # kvpress would assert it mid-forward, naming neither the kwarg nor the config
     chunks = plan_chunks(
-        generator.strategy, prompts, batch_size=run.batch_size, decode_batch_size=run.decode_batch_size, others=others
+        generator.strategy,
+        prompts,
+        batch_size=run.batch_size,
+        decode_batch_size=run.decode_batch_size,
+        others=others,
+        conversations_in_order=in_order is not None,
     )
-    return PreparedCell(rows, prompts, others, partner, chunks)
+    return PreparedCell(rows, prompts, others, partner, chunks, turns, in_order)
 
 
 def warm_up(run: CellRun, generator: CellGenerator, cell: PreparedCell) -> float:
@@ -406,12 +597,46 @@ def cell_setting(run: CellRun, generator: CellGenerator, construction, warmup_se
     }
 
 
+def turns_in_order(generator: CellGenerator, cell: PreparedCell, chunk: list[int]):
+    """A chunk of multi_turn conversations with generated history: (generations, decode path) in the chunk's order.
+    Each row's place is made again from the turn it was really asked (the model's answers before it)."""
+    conversation_ids = list(dict.fromkeys(cell.turns[cell.rows[i]["_id"]].conversation_id for i in chunk))
+    # a press that compresses while decoding runs each turn alone, the press active over its appended turns
+    in_order = (
+        while_decoding_in_order if generator.strategy == Strategy.PRESS_WHILE_DECODING else generate_turns_in_order
+    )
+    generations, asked, path = in_order(
+        generator.decoding, [cell.in_order[conversation] for conversation in conversation_ids]
+    )
+    answered_at: dict[tuple[str, int], Generation] = {}
+    asked_at: dict[tuple[str, int], TurnPlace] = {}
+    for conversation, answered, turns in zip(conversation_ids, generations, asked):
+        previous = None
+        for turn, (generation, turn_asked) in enumerate(zip(answered, turns), start=1):
+            answered_at[conversation, turn] = generation
+            asked_at[conversation, turn] = TurnPlace(
+                conversation, turn, len(turns), previous, tuple(turn_asked.appended_ids)
+            )
+            previous = turn_asked.prompt_tokens
+    found = []
+    for index in chunk:
+        row_id = cell.rows[index]["_id"]
+        where = (cell.turns[row_id].conversation_id, cell.turns[row_id].turn)
+        cell.turns[row_id] = asked_at[where]  # the records' place: the turn as it was really asked
+        found.append(answered_at[where])
+    return found, path
+
+
 def generations_in_row_order(generator: CellGenerator, cell: PreparedCell):
     """(index, generation, decode path) per row in row order, each chunk generated when its first row is reached."""
     done: dict[int, tuple[Generation, DecodePath]] = {}
     chunk_of = {index: chunk for chunk in cell.chunks for index in chunk}
     for index in range(len(cell.rows)):
-        if index not in done:
+        if index not in done and cell.in_order is not None:
+            chunk = chunk_of[index]
+            generations, path = turns_in_order(generator, cell, chunk)
+            done.update((i, (generation, path)) for i, generation in zip(chunk, generations))
+        elif index not in done:
             chunk = chunk_of[index]
             chunk_others = [cell.others[i] for i in chunk] if cell.others is not None else None
             generations, path = generator.generate([cell.prompts[i] for i in chunk], chunk_others)
@@ -460,6 +685,13 @@ def run_cell(rows: list[dict], run: CellRun, *, loaded: LoadedModel | None = Non
             # Held, not attended: a masked slot or a zeroed key channel is still stored (docs/methods.md).
             **bytes_held(generation, layer_types, slot_bytes, full_slot_bytes),
         }
+        if (place := cell.turns.get(row["_id"])) is not None:
+            history = run.multi_turn_history
+            while_decoding = setting["compressed_while_decoding"]
+            fields = multi_turn_record(
+                place, generation, history, layer_types, slot_bytes, full_slot_bytes, while_decoding
+            )
+            measured.update(fields)
         answer = decode_answer(tokenizer, generation.token_ids)
         yield prediction_record(row, cell.prompts[index], generation, answer, {**setting, **path.record(), **measured})
         bar.update(1)

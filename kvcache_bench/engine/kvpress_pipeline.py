@@ -29,6 +29,7 @@ from kvcache_bench.methods.registry import attention_implementation_for, build_p
 from kvcache_bench.study.cell import CellRun
 from kvcache_bench.study.context_limits import context_setting_problem, model_context
 from kvcache_bench.study.prompts import split_prompt
+from kvcache_bench.study.question_modes import QuestionMode
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ def run_cell_on_kvpress_pipeline(
             f"{run.decode_batch_size} asked"
         )
     torch.manual_seed(run.seed)
+    if run.mode == QuestionMode.MULTI_TURN:  # the parse refuses it (study.config_checks.multi_turn_problems)
+        raise ValueError("kvpress's pipeline has no multi-turn conversation: run multi_turn with engine kvcache_bench")
     attention = attention_implementation_for(method, model_settings.attn_implementation, custom_methods)
     loaded = loaded_with_attention(model_settings, loaded, attention, method)
     device, tokenizer, model = loaded.device, loaded.tokenizer, loaded.model

@@ -25,10 +25,18 @@ def refusal_of(job) -> list[str]:
     from kvcache_bench.study.cell_checks import Cell, problems_with
     from kvcache_bench.study.sliding_layers import sliding_layers_of
 
-    properties = dict(job.input.items()).get("properties")  # a job run outside the workflow may have none
+    p = settings_of(job)
+    inputs = dict(job.input.items())
+    # a multi_turn cell on rows whose contexts each have one question has no conversation: said here, not as n = 0
+    if getattr(p, "question_mode", None) == "multi_turn" and inputs.get("rows"):
+        from kvcache_bench.files import read_jsonl
+        from kvcache_bench.study.question_modes import no_conversation_problem
+
+        if problem := no_conversation_problem(read_jsonl(inputs["rows"]), f"{p.dataset}/{p.task}"):
+            return [problem]
+    properties = inputs.get("properties")  # a job run outside the workflow may have none
     if properties is None:
         return []
-    p = settings_of(job)
     cell = Cell(
         p.dataset,
         p.task,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvcache_bench.study.question_modes import QuestionMode
+from kvcache_bench.study.question_modes import HISTORY_REFERENCE, QuestionMode
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,8 @@ class CellRun:
     decode_batch_size: int = 1  # compressed caches decoded together, each example prefilled alone
     method_kwargs: dict | None = None
     custom_methods: dict | None = None
+    # multi_turn: what a later turn appends as the previous turn's answer (config multi_turn.history)
+    multi_turn_history: str = HISTORY_REFERENCE
 
     @property
     def mode(self) -> QuestionMode:
@@ -47,4 +49,6 @@ class CellRun:
             method_kwargs=settings.method_kwargs,
             # absent when a command line names no custom method
             custom_methods=getattr(settings, "custom_methods", None),
+            # a param of multi_turn cells alone (rules/common.smk multi_turn_history)
+            multi_turn_history=getattr(settings, "multi_turn_history", None) or HISTORY_REFERENCE,
         )

@@ -58,6 +58,11 @@ def problems_with(
         problems.append(f"batch size must be >= 1, got {batch_size}")
     if decode_batch_size < 1:
         problems.append(f"decode batch size must be >= 1, got {decode_batch_size}")
+    if question_mode == QuestionMode.MULTI_TURN and batch_size > 1:
+        problems.append(
+            f"the multi_turn mode prefills each conversation's first turn alone and decodes turns together: batch size "
+            f"{batch_size} would pad first turns into one press call. Use batch size 1 and decode_batch_size."
+        )
     if batch_size > 1 and decode_batch_size > 1:
         problems.append(
             f"batch size {batch_size} already decodes its padded batch together; "
@@ -157,8 +162,9 @@ def sliding_layer_problems(method: str, measured: dict, sliding_layers: str) -> 
 def while_decoding_problems(
     method: str, measured: dict, *, batch_size: int, question_mode: str, max_new_tokens: int | None
 ) -> list[str]:
-    """A press that compresses while decoding runs one example at a time, question-aware or question-agnostic, with a
-    budget that compresses within the cell's new tokens (decode batching falls back to batch 1, said in each record)."""
+    """A press that compresses while decoding runs one example at a time (question-aware, question-agnostic or a
+    multi_turn turn), with a budget that compresses within the cell's new tokens (decode batching falls back to batch
+    1, said in each record)."""
     problems = []
     if batch_size > 1:
         problems.append(
@@ -169,7 +175,8 @@ def while_decoding_problems(
         problems.append(
             f"{method} compresses while decoding, after the prompt is in the cache: the {question_mode} mode "
             "compresses the context with a question and removes that question before answering, which such a press "
-            "never does (it sees no prompt-time compression to remove from). Use question_aware or question_agnostic."
+            "never does (it sees no prompt-time compression to remove from). Use question_aware, question_agnostic or "
+            "multi_turn."
         )
     construction = measured.get("construction")
     if construction is None and measured.get("decoding_budget"):  # shipped facts carry the default budget alone

@@ -268,8 +268,26 @@ def study_config_problems(config: dict, workdir: str | os.PathLike = ".") -> lis
         + per_task_map_problems(config)
         + method_kwargs_value_problems(config)
         + device_problems(config)
+        + multi_turn_problems(config)
         + setting_problems(config, workdir)
     )
+
+
+def multi_turn_problems(config: dict) -> list[str]:
+    """kvpress's pipeline engine has no conversation to run: a multi_turn cell of one of its models would be run as
+    question_agnostic, so the config is refused."""
+    if "multi_turn" not in (config.get("question_modes") or []):
+        return []
+    problems = []
+    # kvpress's pipeline answers each question of a context from the compressed context alone: it has no conversation
+    pipeline_models = [name for name, model in config["models"].items() if model.get("engine") == "kvpress_pipeline"]
+    if pipeline_models:
+        problems.append(
+            f"the multi_turn mode runs on this benchmark's engine only, and models {pipeline_models} use engine: "
+            "kvpress_pipeline, which has no multi-turn conversation; remove multi_turn from question_modes or run "
+            "those models in a study of their own"
+        )
+    return problems
 
 
 DEVICE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")

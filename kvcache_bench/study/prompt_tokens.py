@@ -295,3 +295,81 @@ def extra_stop_ids(tokenizer, task: str) -> set[int]:
     if task in NEWLINE_STOP_TASKS:
         return set(tokenizer.encode("\n", add_special_tokens=False)[-1:])
     return set()
+
+
+# Marks the first user turn while the chat template renders a conversation: what follows it is the same whatever
+# the first turn's (long, possibly cut) context was, so the conversation is rendered with this in its place.
+_FIRST_TURN_MARK = "\u2063KVCACHE_BENCH_FIRST_TURN\u2063"
+RAW_TURN_SEPARATOR = "\n\n"  # a base model's conversation: between an answer and the next question's text
+
+
+def _question_text(task: str, row: dict) -> str:
+    """The question part of a row's prompt (``split_prompt``): the words a later turn's user asks."""
+    return split_prompt(task, row["context"], row["input"])[1]
+
+
+def _tokens(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"] if text else []
+
+
+def appended_turn_ids(
+    tokenizer, task: str, rows: list[dict], answers: list[str], *, chat_template: bool = True
+) -> list[list[int]]:
+    """Per turn of a conversation on one context (``rows[t - 1]`` asks turn t; ``answers[t - 1]`` is turn t's answer
+    its history keeps), the token ids appended after turn t - 1's prompt: [] for turn 1 (its prompt is
+    ``build_prompt_tokens``'s), then the end of the previous answer's turn and the next question in the model's form.
+
+    Each turn's ids are made of segments tokenised apart, none with special tokens added: the previous answer, the
+    template's text up to the next question, the question, the template's text after it (the generation prompt) and
+    the row's answer prefix. So turn 1's prompt ids followed by every appended list are the conversation a plain run
+    would be given, and no answer's tokens merge with the template's. A chat model's turns are rendered by its chat
+    template (as ``build_prompt_tokens`` renders turn 1); a template that rewrites earlier turns once a later one
+    follows (e.g. one that drops reasoning from past answers) is refused, since a cache cannot be rewritten.
+    A base model's (or a raw task's) later turn is the answer, a blank line, the question part of the task's prompt.
+    """
+    if len(answers) < len(rows) - 1:
+        raise ValueError(f"a conversation of {len(rows)} turns needs {len(rows) - 1} answers, got {len(answers)}")
+    appended: list[list[int]] = [[]]
+    chat = uses_chat_template(tokenizer, task, chat_template)
+    pipeline_suffix = KVPRESS_QUESTION_SUFFIX if not chat and task in KVPRESS_PIPELINE_PROMPT_TASKS else ""
+    messages = [{"role": "user", "content": _FIRST_TURN_MARK}]
+    previous_prefix = rows[0].get("answer_prefix") or ""
+    previous_end = pipeline_suffix + previous_prefix or _question_text(task, rows[0])  # what turn 1's prompt ends with
+    before = _render(tokenizer, messages) if chat else ""
+    for turn in range(1, len(rows)):
+        row, answer = rows[turn], answers[turn - 1].strip()
+        question, prefix = _question_text(task, row), row.get("answer_prefix") or ""
+        if chat:
+            messages = messages + [
+                {"role": "assistant", "content": previous_prefix + answer},
+                {"role": "user", "content": question},
+            ]
+            rendered = _render(tokenizer, messages)
+            if not rendered.startswith(before + previous_prefix + answer):
+                raise ValueError(
+                    f"the chat template of {getattr(tokenizer, 'name_or_path', 'this tokenizer')!r} renders earlier "
+                    "turns differently once a later turn follows: a multi_turn cache cannot be rewritten. Use a model "
+                    "whose template only appends, or models.<name>.chat_template: false."
+                )
+            rest = rendered[len(before + previous_prefix + answer) :]
+            # the segments are cut from the rendering itself: a template that trims a message (Gemma's, Llama 3's)
+            # renders the question without its outer whitespace, and the ids must spell what it renders
+            question = question.strip()
+            at = rest.find(question)
+            if at < 0:
+                raise ValueError(f"the chat template does not render the question {question!r} as given")
+            between, after = rest[:at], rest[at + len(question) :]
+            before = rendered
+        else:
+            # the answer continues the previous turn's text as a base model writes it: a space after a word
+            answer = answer if not previous_end or previous_end[-1].isspace() else " " + answer
+            between, after = RAW_TURN_SEPARATOR, pipeline_suffix
+            previous_end = after + prefix or question
+        segments = [answer, between, question, after, prefix]
+        appended.append([token for segment in segments for token in _tokens(tokenizer, segment)])
+        previous_prefix = prefix
+    return appended
+
+
+def _render(tokenizer, messages: list[dict]) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, enable_thinking=False)

@@ -2,9 +2,10 @@
 
 ``choose_strategy`` (engine.cell_runner) fixes a cell's ``Strategy``; ``DECODERS[strategy]`` generates each chunk of
 its prompts. Every decoder takes the cell's ``Decoding`` settings (``engine.greedy``: the model, its press and cache,
-the stops), the chunk's prompts and, in the other-question mode, each prompt's other question, and returns the
-generations in the prompts' order with the decode path that made them. Each file's ``generate_*`` takes the same
-``Decoding`` first, so tests and the probes call a strategy as the cell runner does.
+the stops), the chunk's prompts and, in the other-question mode, each prompt's other question (in the multi_turn mode,
+each turn's ids appended after its conversation's first prompt), and returns the generations in the prompts' order
+with the decode path that made them. Each file's ``generate_*`` takes the same ``Decoding`` first, so tests and the
+probes call a strategy as the cell runner does.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ class Strategy(Enum):
         "other_question"  # context + a question compressed once, its slots removed, questions decoded
         # (other_question, same_question)
     )
+    # a conversation's first turn compressed once, every later turn appended uncompressed, turns decoded together
+    MULTI_TURN = "multi_turn"
     PRESS_WHILE_DECODING = "press_while_decoding"  # each example alone, the press active over its question and decoding
 
 
@@ -59,6 +62,7 @@ def in_prompt_order(groups: list[list[int]], generations: list[Generation]) -> l
 
 from kvcache_bench.engine.decoders import (  # noqa: E402  (each strategy's file needs the names above)
     decode_many,
+    multi_turn,
     one_by_one,
     other_question,
     padded_batch,
@@ -74,5 +78,6 @@ DECODERS: dict[Strategy, Decoder] = {
     Strategy.DECODE_MANY: decode_many.decode,
     Strategy.SHARED_CONTEXTS_TOGETHER: shared_contexts_together.decode,
     Strategy.OTHER_QUESTION: other_question.decode,
+    Strategy.MULTI_TURN: multi_turn.decode,
     Strategy.PRESS_WHILE_DECODING: press_while_decoding.decode,
 }

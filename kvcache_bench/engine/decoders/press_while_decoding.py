@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import torch
 
@@ -12,6 +13,7 @@ from kvcache_bench.engine.greedy import DecodePath, Generation, greedy_decode
 from kvcache_bench.engine.loading import synchronize
 from kvcache_bench.engine.prefill import prefill, pressed_and_trailing
 from kvcache_bench.study.prompt_tokens import PromptTokens
+from kvcache_bench.study.question_modes import QuestionMode
 
 WHILE_DECODING_FALLBACK = (
     "the press compresses while decoding, and its hooks keep one sequence's step counts and hidden states: "
@@ -64,5 +66,36 @@ def generate_one_pressing_while_decoding(settings: Decoding, prompt: PromptToken
 
 
 def decode(settings: Decoding, prompts: list[PromptTokens], others=None) -> tuple[list[Generation], DecodePath]:
+    if settings.mode == QuestionMode.MULTI_TURN:
+        # each turn alone, from its first prompt: the press over what it sees of it, then active over every appended
+        # turn and the answer (``others``: each turn's appended ids)
+        from kvcache_bench.engine.decoders.multi_turn import ConversationTurn, as_question_aware
+
+        prompts = [as_question_aware(ConversationTurn(p, list(a))) for p, a in zip(prompts, others)]
+        settings = replace(settings, mode=QuestionMode.QUESTION_AWARE)
     generations = [generate_one_pressing_while_decoding(settings, prompt) for prompt in prompts]
     return generations, at_batch_one(settings, WHILE_DECODING_FALLBACK)
+
+
+def generate_turns_in_order(
+    settings: Decoding, conversations: list
+) -> tuple[list[list[Generation]], list[list], DecodePath]:
+    """``multi_turn.generate_turns_in_order`` for a press that compresses while decoding: one turn at a time, each from
+    its first prompt with the press active over every appended turn (the model's earlier answers among them) and its
+    answer. ``conversations``: ``multi_turn.ConversationInOrder``."""
+    from kvcache_bench.engine.decoders.multi_turn import ConversationTurn, as_question_aware
+
+    aware = replace(settings, mode=QuestionMode.QUESTION_AWARE)
+    generations, asked = [], []
+    for conversation in conversations:
+        answered: list[Generation] = []
+        turns: list[ConversationTurn] = []
+        appended: list[int] = []
+        for turn in range(1, conversation.turns + 1):
+            if turn > 1:
+                appended = appended + conversation.appended_for(turn, [g.token_ids for g in answered])
+            turns.append(ConversationTurn(conversation.first_turn, list(appended)))
+            answered.append(generate_one_pressing_while_decoding(aware, as_question_aware(turns[-1])))
+        generations.append(answered)
+        asked.append(turns)
+    return generations, asked, at_batch_one(settings, WHILE_DECODING_FALLBACK)
