@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from kvcache_bench.analysis.measured import LAYER_COLUMNS, MEASURED_COLUMNS, measure_cell
-from kvcache_bench.analysis.versus import BASELINE_METHOD
+from kvcache_bench.analysis.versus import BASELINE_METHOD, MULTI_TURN_MODE
 from kvcache_bench.files import read_jsonl
 from kvcache_bench.methods.registry import FULL_RETENTION, METHODS, method_label
 
@@ -235,7 +235,9 @@ def baseline_scores(cell: dict, by_decode_batch: dict[int, dict[str, float]]) ->
 def per_example_frame(score_files: list[str], cells: list[dict], labels: dict[str, str] | None = None) -> pd.DataFrame:
     """Every scored example, one row each, with its cell (and its method's label): the data behind every aggregate.
     A multi-turn example keeps its turn, its conversation's number of turns and its conversation (``TURN_COLUMNS``),
-    the per-turn tables' data; they are empty for the other modes."""
+    the per-turn tables' data. Only a study with a multi-turn cell has those columns (empty for its other modes):
+    every other study's per_example.csv stays as it was, committed reference runs' included."""
+    turn_columns = TURN_COLUMNS if any(cell["question_mode"] == MULTI_TURN_MODE for cell in cells) else []
     rows = []
     for path, cell in zip(score_files, cells):
         label = (labels or {}).get(cell["method"]) or method_label(cell["method"])
@@ -247,12 +249,12 @@ def per_example_frame(score_files: list[str], cells: list[dict], labels: dict[st
                     "id": record["id"],
                     "metric": record["metric"],
                     "score": float(record["score"]),
-                    **{column: record.get(column) for column in TURN_COLUMNS},
+                    **{column: record.get(column) for column in turn_columns},
                 }
             )
-    frame = pd.DataFrame(rows, columns=CELL_COLUMNS + ["label", "id", "metric", "score", *TURN_COLUMNS])
+    frame = pd.DataFrame(rows, columns=CELL_COLUMNS + ["label", "id", "metric", "score", *turn_columns])
     # whole numbers in the CSV ("2", not "2.0"), empty where the mode has no turns
-    return frame.astype({"turn": "Int64", "turns": "Int64"})
+    return frame.astype({"turn": "Int64", "turns": "Int64"}) if turn_columns else frame
 
 
 QUESTION_CHANGE_COLUMNS = [
