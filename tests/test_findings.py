@@ -79,3 +79,33 @@ def test_the_question_sentences_name_the_presses_that_fell_detectably_in_each_ot
     assert "another question chose the cache**, 0 of 2 presses fell detectably: none. 2 did not detectably move" in other
     assert "no question was seen**, 1 of 2 presses fell detectably: SnapKV 25 → 0 (+25 [" in agnostic
     assert "(StreamingLLM scored the same on every question)" in agnostic
+
+
+def ruler_rows(task: str, retention: float, scores: dict[str, float], full: float) -> list[dict]:
+    base = dict(dataset="ruler-4k", task=task, model="m", question_mode="question_agnostic", batch_size=1,
+                decode_batch_size=32, metric="string_match_all", n=100, expected_n=100, incomplete=False,
+                small_n=False, ci_low=0.0, ci_high=100.0)
+    rows = [{**base, "method": "full_cache", "retention": 1.0, "score": full, "effective_retention": 1.0,
+             "diff_vs_full": float("nan"), "diff_ci_low": float("nan"), "diff_ci_high": float("nan")}]
+    for method, score in scores.items():
+        rows.append({**base, "method": method, "retention": retention, "score": score, "effective_retention": retention,
+                     "diff_vs_full": score - full, "diff_ci_low": score - full - 5, "diff_ci_high": score - full + 5})
+    return rows
+
+
+def test_a_retention_run_on_fewer_tasks_is_averaged_over_its_own_tasks_beside_the_others_on_the_same():
+    from kvcache_bench.analysis.findings import one_mode_ruler_sentences
+
+    # two runs' tables joined, as tools/docs.py joins Gemma 3's: 50% kept on three tasks, 75% kept on two of them;
+    # each table carries the same full-cache cells
+    half = [row for task, full in (("a", 90.0), ("b", 50.0), ("c", 10.0))
+            for row in ruler_rows(task, 0.5, {"snapkv": full - 40, "knorm": full - 2}, full)]
+    three_quarters = [row for task, full in (("a", 90.0), ("b", 50.0))
+                      for row in ruler_rows(task, 0.75, {"snapkv": full - 10, "knorm": full}, full)]
+    lines = one_mode_ruler_sentences(pd.DataFrame(half + three_quarters))
+    assert lines[0].count("a 90") == 1 and "(mean 50)" in lines[0]  # the full cache once per task, over 3 tasks
+    assert lines[1].startswith("- **75% kept**: Knorm 70 (2 of 2), SnapKV 60 (0 of 2); on 2 of the 3 tasks (a, b;")
+    assert "the full cache's mean there 70" in lines[1]
+    # the 50% presses on those same two tasks, so the two retentions are read on one footing
+    assert lines[2] == "  - the same tasks **50% kept**: Knorm 68 (2 of 2), SnapKV 30 (0 of 2)."
+    assert lines[3] == "- **50% kept**: Knorm 48 (3 of 3), SnapKV 10 (0 of 3)."

@@ -214,35 +214,58 @@ def ruler_sentences(summary: pd.DataFrame) -> list[str]:
 def one_mode_ruler_sentences(summary: pd.DataFrame) -> list[str]:
     """RULER in one question mode (the leaderboard's, question-agnostic): the full cache per task, then per retention
     each press's mean over the tasks run and in how many its paired interval reaches the full cache, best first. A
-    masking press (AdaKV) or a press whose measured retention is off says so, as its cells are flagged."""
+    masking press (AdaKV) or a press whose measured retention is off says so, as its cells are flagged.
+
+    `summary` may join several runs' tables (one per retention, say), each with the same full-cache cells: those
+    count once. A retention run on fewer tasks than the full cache names its tasks and counts only them, with the
+    other retentions' presses on those same tasks beside it, so no mean is read against one over other tasks."""
     complete = summary[~summary["incomplete"].astype(bool)].sort_values(["task", "dataset"])
-    full = complete[complete["method"] == BASELINE_METHOD]
+    full = complete[complete["method"] == BASELINE_METHOD].drop_duplicates(["dataset", "task"])
     tasks = len(full)
     lines = [
         "Full cache, score ×100 [95% interval] (n): "
         + "; ".join(f"{r.task} {r.score:.0f} [{r.ci_low:.0f}, {r.ci_high:.0f}] ({int(r.n)})" for r in full.itertuples())
-        + f" (mean {full['score'].mean():.0f}). Each press: its mean over the {tasks} tasks, then in how many its "
+        + f" (mean {full['score'].mean():.0f}). Each press: its mean over the tasks run, then in how many its "
         "paired interval reaches the full cache."
     ]
-    for retention, group in sorted(_pressed(complete).groupby("retention"), key=lambda item: -item[0]):
-        means = group.groupby("method").agg(
-            score=("score", "mean"),
-            reached=("diff_ci_high", lambda highs: int((highs >= 0).sum())),
-            kept=("effective_retention", "mean"),
-        )
-        means = means.sort_values("score", ascending=False)
-
-        def measured(row, retention=retention) -> str:
-            if abs(row.kept - retention) <= 0.05:
-                return ""
-            return f", KV kept {retention_percent(round(row.kept, 2))}"
-
-        lines.append(
-            f"- **{retention_percent(retention)} kept**: "
-            + ", ".join(
-                f"{method_label(method)} {row.score:.0f} ({int(row.reached)} of {tasks}{measured(row)})"
-                for method, row in means.iterrows()
+    pressed = _pressed(complete)
+    for retention, group in sorted(pressed.groupby("retention"), key=lambda item: -item[0]):
+        run_tasks = sorted(group["task"].unique())
+        lines.append(_ruler_retention_line(retention, group, len(run_tasks)))
+        if len(run_tasks) < tasks:
+            full_on_them = full[full["task"].isin(run_tasks)]["score"].mean()
+            lines[-1] = (
+                lines[-1][: -len(".")]
+                + f"; on {len(run_tasks)} of the {tasks} tasks ({', '.join(run_tasks)}; the full cache's mean there "
+                f"{full_on_them:.0f})."
             )
-            + "."
-        )
+            for other, others in sorted(pressed.groupby("retention"), key=lambda item: -item[0]):
+                if other != retention:
+                    same = others[others["task"].isin(run_tasks)]
+                    line = _ruler_retention_line(other, same, len(run_tasks))
+                    lines.append("  - the same tasks " + line[len("- ") :])
     return lines
+
+
+def _ruler_retention_line(retention: float, group: pd.DataFrame, tasks: int) -> str:
+    """One retention's presses, best first: mean score over `tasks` tasks, how many reach the full cache."""
+    means = group.groupby("method").agg(
+        score=("score", "mean"),
+        reached=("diff_ci_high", lambda highs: int((highs >= 0).sum())),
+        kept=("effective_retention", "mean"),
+    )
+    means = means.sort_values("score", ascending=False)
+
+    def measured(row) -> str:
+        if abs(row.kept - retention) <= 0.05:
+            return ""
+        return f", KV kept {retention_percent(round(row.kept, 2))}"
+
+    return (
+        f"- **{retention_percent(retention)} kept**: "
+        + ", ".join(
+            f"{method_label(method)} {row.score:.0f} ({int(row.reached)} of {tasks}{measured(row)})"
+            for method, row in means.iterrows()
+        )
+        + "."
+    )
