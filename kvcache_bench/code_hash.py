@@ -5,12 +5,91 @@ checkout`` would rerun a study. The workflow profile leaves that trigger out, an
 ``package_code_hash`` of its script instead: the script's syntax tree and those of the package modules it imports,
 docstrings left out. Here, not in ``workflow.py``, because no script imports this module: a change to how the hash is
 made reruns no job by itself (``workflow.py`` is in every script's hash).
+
+Every Snakemake invocation computes it for every rule's script (36 of them, 150 modules), which took 4 s of a 10 s
+`snakemake -n` parsing each module's syntax tree twice. What a module imports and what a script's hash is depend
+only on the sources, so both are kept in a small cache file keyed by the sources' sha256, this Python and this
+module's own source (``CACHE_ENV``; ``~/.cache/kvcache-bench`` by default, an empty value for none): an invocation
+with nothing edited reads the sources and parses none. The hash itself is what it was, so no study reruns for it.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
+import sys
+import tempfile
+from pathlib import Path
+
+CACHE_ENV = "KVCACHE_BENCH_CODE_HASH_CACHE"
+# a cache kept past this many scripts' hashes keeps the newest (an edit loop adds one per edit)
+CACHE_LIMIT = 4096
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@functools.cache
+def _cache_file() -> Path | None:
+    """This Python's and this module's cache: the AST's dump differs between Python versions, and an edit here may
+    change what a hash is made of."""
+    root = os.environ.get(CACHE_ENV)
+    if root is None:
+        root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "kvcache-bench")
+    if not root:
+        return None
+    this = _sha(Path(__file__).read_text(encoding="utf-8"))[:12]
+    python = "{}{}.{}.{}".format(sys.implementation.name, *sys.version_info[:3])
+    return Path(root) / f"code-hash-{python}-{this}.json"
+
+
+@functools.cache
+def _cache() -> dict:
+    """The cache as this process read it (an unreadable or foreign file counts as empty: it only saves time)."""
+    path = _cache_file()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8")) if path else {}
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    for part in ("imports", "hashes"):
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+    return data
+
+
+def _remember(part: str, key: str, value) -> None:
+    """Adds one entry, merged into the file as it is now (other processes may have written theirs) and replaced
+    at once, so a reader never sees half a file; a cache that cannot be written is left alone."""
+    _cache()[part][key] = value
+    path = _cache_file()
+    if path is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            on_disk = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            on_disk = {}
+        merged = {
+            p: {
+                **(on_disk.get(p) if isinstance(on_disk, dict) and isinstance(on_disk.get(p), dict) else {}),
+                **_cache()[p],
+            }
+            for p in ("imports", "hashes")
+        }
+        merged["hashes"] = dict(list(merged["hashes"].items())[-CACHE_LIMIT:])
+        merged["imports"] = dict(list(merged["imports"].items())[-CACHE_LIMIT * 4 :])
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(merged, out)
+        os.replace(temporary, path)
+    except OSError:
+        return
 
 
 @functools.cache
@@ -42,8 +121,6 @@ def package_modules(script: str | os.PathLike, package_dir: str | os.PathLike) -
 
     Read from the source (nothing is imported), so the Snakefile can compute it for any env's script.
     """
-    from pathlib import Path
-
     package_dir = Path(package_dir)
     package = package_dir.name
 
@@ -55,7 +132,7 @@ def package_modules(script: str | os.PathLike, package_dir: str | os.PathLike) -
         return next((c for c in (module.with_suffix(".py"), module / "__init__.py") if c.is_file()), None)
 
     def imported_by(path: Path, dotted_self: str | None) -> set[str]:
-        names = _package_imports(path.read_text(encoding="utf-8"), dotted_self, package)
+        names = _imports_of(path.read_text(encoding="utf-8"), dotted_self, package)
         return {name for name in names if file_of(name)}
 
     seen: dict[str, Path] = {}
@@ -67,6 +144,17 @@ def package_modules(script: str | os.PathLike, package_dir: str | os.PathLike) -
         seen[dotted] = file_of(dotted)
         pending += imported_by(seen[dotted], dotted)
     return sorted(str(path.relative_to(package_dir.parent)) for path in set(seen.values()))
+
+
+def _imports_of(source: str, dotted_self: str | None, package: str) -> frozenset[str]:
+    """``_package_imports`` through the cache file."""
+    key = f"{_sha(source)}:{dotted_self}:{package}"
+    known = _cache()["imports"].get(key)
+    if isinstance(known, list):
+        return frozenset(known)
+    names = _package_imports(source, dotted_self, package)
+    _remember("imports", key, sorted(names))
+    return names
 
 
 @functools.cache  # by the source itself, as _package_imports
@@ -91,14 +179,23 @@ def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike)
     carry it, so editing the script or the library's code reruns exactly the jobs whose scripts run the edited
     code, and editing a comment, a docstring or the formatting reruns nothing. Snakemake's own trigger for a
     script is its mtime (a ``touch`` or a ``git checkout`` would rerun a study), so the workflow profile leaves
-    the ``code`` trigger out and this hash stands in for it."""
-    import hashlib
-    from pathlib import Path
-
-    digest = hashlib.sha256()
+    the ``code`` trigger out and this hash stands in for it. Taken from the cache file when the script and every
+    module it runs are byte for byte as when it was last computed."""
     root = Path(package_dir).parent
-    digest.update(b"script\0" + code_without_docstrings(Path(script).read_text(encoding="utf-8")).encode() + b"\0")
-    for relative in package_modules(script, package_dir):
-        code = code_without_docstrings((root / relative).read_text(encoding="utf-8"))
-        digest.update(relative.encode() + b"\0" + code.encode() + b"\0")
-    return digest.hexdigest()[:16]
+    script_source = Path(script).read_text(encoding="utf-8")
+    modules = {
+        relative: (root / relative).read_text(encoding="utf-8") for relative in package_modules(script, package_dir)
+    }
+    key = _sha(
+        "\0".join([_sha(script_source), *(f"{relative}\0{_sha(source)}" for relative, source in modules.items())])
+    )
+    known = _cache()["hashes"].get(key)
+    if isinstance(known, str):
+        return known
+    digest = hashlib.sha256()
+    digest.update(b"script\0" + code_without_docstrings(script_source).encode() + b"\0")
+    for relative, source in modules.items():
+        digest.update(relative.encode() + b"\0" + code_without_docstrings(source).encode() + b"\0")
+    value = digest.hexdigest()[:16]
+    _remember("hashes", key, value)
+    return value

@@ -60,6 +60,58 @@ def test_comments_docstrings_and_formatting_leave_the_hash_alone(tmp_path):
     assert _hashes(copy) == before
 
 
+def _fresh_process_caches():
+    """What a new Snakemake process starts with: nothing parsed, the cache file not yet read."""
+    from kvcache_bench import code_hash
+
+    for cached in (code_hash._cache, code_hash._cache_file, code_hash._package_imports, code_hash.code_without_docstrings):
+        cached.cache_clear()
+
+
+def _all_hashes(copy):
+    return {s.name: package_code_hash(s, copy / "kvcache_bench") for s in sorted((copy / "scripts").glob("*.py"))}
+
+
+def test_the_cache_file_gives_the_hashes_parsing_gives_and_a_warm_one_parses_nothing(tmp_path, monkeypatch):
+    import ast
+
+    copy = _checkout_copy(tmp_path)
+    monkeypatch.setenv("KVCACHE_BENCH_CODE_HASH_CACHE", "")
+    _fresh_process_caches()
+    parsed = _all_hashes(copy)  # no cache file: every module parsed, as before the cache existed
+    monkeypatch.setenv("KVCACHE_BENCH_CODE_HASH_CACHE", str(tmp_path / "cache"))
+    _fresh_process_caches()
+    assert _all_hashes(copy) == parsed  # a cold cache: the same hashes, so no study reruns for the cache
+    assert len(list((tmp_path / "cache").glob("code-hash-*.json"))) == 1
+    _fresh_process_caches()
+    with monkeypatch.context() as m:
+        m.setattr(ast, "parse", lambda *a, **k: pytest.fail("a warm cache parsed a module"))
+        assert _all_hashes(copy) == parsed
+    # an edit after the cache was written is seen: the cache is keyed by the sources themselves
+    _append_code(copy / "kvcache_bench/engine/greedy.py")
+    _fresh_process_caches()
+    edited = _all_hashes(copy)
+    assert edited["generate.py"] != parsed["generate.py"] and edited["score.py"] == parsed["score.py"]
+    _fresh_process_caches()
+    monkeypatch.setenv("KVCACHE_BENCH_CODE_HASH_CACHE", "")
+    assert _all_hashes(copy) == edited
+    _fresh_process_caches()
+
+
+def test_a_damaged_cache_file_costs_time_not_a_wrong_hash(tmp_path, monkeypatch):
+    copy = _checkout_copy(tmp_path)
+    monkeypatch.setenv("KVCACHE_BENCH_CODE_HASH_CACHE", str(tmp_path / "cache"))
+    _fresh_process_caches()
+    right = _all_hashes(copy)
+    (cache_file,) = (tmp_path / "cache").glob("code-hash-*.json")
+    cache_file.write_text('{"hashes": {"truncated')
+    _fresh_process_caches()
+    assert _all_hashes(copy) == right
+    json_now = cache_file.read_text()
+    assert json_now.startswith("{") and right["generate.py"] in json_now  # written whole again
+    _fresh_process_caches()
+
+
 def test_every_rule_with_a_script_carries_the_hash_of_that_scripts_modules():
     for smk in REPO.joinpath("rules").glob("*.smk"):
         for block in re.split(r"^(?=rule \w+:)", smk.read_text(), flags=re.M)[1:]:
