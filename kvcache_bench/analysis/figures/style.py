@@ -53,8 +53,12 @@ def _styled(draw):
 def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None) -> dict:
     """Save as PNG (and SVG), whole, at SAVE_DPI; returns the layout report (``analysis.layout``) of exactly
     what was saved, for the manifest. Constrained layout leaves no margin to crop, and a legend anchored to
-    the figure stays where it was drawn only without bbox_inches="tight"."""
+    the figure stays where it was drawn only without bbox_inches="tight". The layout the report measured is then
+    kept for both files (the layout engine switched off): constrained layout solved again at each save took two
+    thirds of a large figure's time (13 s of a 104-panel scatter's), and the files are then exactly what was
+    measured."""
     report = layout_report(figure, SAVE_DPI)
+    figure.set_layout_engine("none")
     for path, fmt in ((png_path, "png"), (svg_path, "svg")):
         if path is None:
             continue
