@@ -228,27 +228,31 @@ def one_mode_ruler_sentences(summary: pd.DataFrame) -> list[str]:
         + f" (mean {full['score'].mean():.0f}). Each press: its mean over the tasks run, then in how many its "
         "paired interval reaches the full cache."
     ]
-    pressed = _pressed(complete)
-    for retention, group in sorted(pressed.groupby("retention"), key=lambda item: -item[0]):
+    by_retention = sorted(_pressed(complete).groupby("retention"), key=lambda item: -item[0])
+    for retention, group in by_retention:
         run_tasks = sorted(group["task"].unique())
-        lines.append(_ruler_retention_line(retention, group, len(run_tasks)))
-        if len(run_tasks) < tasks:
-            full_on_them = full[full["task"].isin(run_tasks)]["score"].mean()
-            lines[-1] = (
-                lines[-1][: -len(".")]
-                + f"; on {len(run_tasks)} of the {tasks} tasks ({', '.join(run_tasks)}; the full cache's mean there "
-                f"{full_on_them:.0f})."
-            )
-            for other, others in sorted(pressed.groupby("retention"), key=lambda item: -item[0]):
-                if other != retention:
-                    same = others[others["task"].isin(run_tasks)]
-                    line = _ruler_retention_line(other, same, len(run_tasks))
-                    lines.append("  - the same tasks " + line[len("- ") :])
+        if len(run_tasks) == tasks:
+            lines.append(_ruler_retention_line(retention, group, tasks))
+            continue
+        full_on_them = full[full["task"].isin(run_tasks)]["score"].mean()
+        where = (
+            f"; on {len(run_tasks)} of the {tasks} tasks ({', '.join(run_tasks)}; the full cache's mean there "
+            f"{full_on_them:.0f})"
+        )
+        lines.append(_ruler_retention_line(retention, group, len(run_tasks), after=where))
+        lines += [
+            _ruler_retention_line(other, others[others["task"].isin(run_tasks)], len(run_tasks), "  - the same tasks ")
+            for other, others in by_retention
+            if other != retention
+        ]
     return lines
 
 
-def _ruler_retention_line(retention: float, group: pd.DataFrame, tasks: int) -> str:
-    """One retention's presses, best first: mean score over `tasks` tasks, how many reach the full cache."""
+def _ruler_retention_line(
+    retention: float, group: pd.DataFrame, tasks: int, before: str = "- ", after: str = ""
+) -> str:
+    """One retention's presses, best first: mean score over `tasks` tasks, how many reach the full cache; the line
+    starts with ``before`` and ``after`` comes before its full stop."""
     means = group.groupby("method").agg(
         score=("score", "mean"),
         reached=("diff_ci_high", lambda highs: int((highs >= 0).sum())),
@@ -262,10 +266,10 @@ def _ruler_retention_line(retention: float, group: pd.DataFrame, tasks: int) -> 
         return f", KV kept {retention_percent(round(row.kept, 2))}"
 
     return (
-        f"- **{retention_percent(retention)} kept**: "
+        f"{before}**{retention_percent(retention)} kept**: "
         + ", ".join(
             f"{method_label(method)} {row.score:.0f} ({int(row.reached)} of {tasks}{measured(row)})"
             for method, row in means.iterrows()
         )
-        + "."
+        + f"{after}."
     )
