@@ -62,13 +62,23 @@ def _cache() -> dict:
     return data
 
 
+_unsaved: set[str] = set()  # the parts this process added to and has not written
+
+
 def _remember(part: str, key: str, value) -> None:
-    """Adds one entry, merged into the file as it is now (other processes may have written theirs) and replaced
-    at once, so a reader never sees half a file; a cache that cannot be written is left alone."""
+    """Adds one entry to this process's cache; ``_save`` writes what was added."""
     _cache()[part][key] = value
+    _unsaved.add(part)
+
+
+def _save() -> None:
+    """Writes the entries this process added, merged into the file as it is now (other processes may have written
+    theirs) and replaced at once, so a reader never sees half a file; a cache that cannot be written is left alone.
+    Once per script's hash, not once per module learned: a cold cache learns 150 modules' imports."""
     path = _cache_file()
-    if path is None:
+    if path is None or not _unsaved:
         return
+    _unsaved.clear()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -191,6 +201,7 @@ def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike)
     )
     known = _cache()["hashes"].get(key)
     if isinstance(known, str):
+        _save()  # imports learned on the way (a file pruned of them but not of this hash)
         return known
     digest = hashlib.sha256()
     digest.update(b"script\0" + code_without_docstrings(script_source).encode() + b"\0")
@@ -198,4 +209,5 @@ def package_code_hash(script: str | os.PathLike, package_dir: str | os.PathLike)
         digest.update(relative.encode() + b"\0" + code_without_docstrings(source).encode() + b"\0")
     value = digest.hexdigest()[:16]
     _remember("hashes", key, value)
+    _save()
     return value
