@@ -45,9 +45,9 @@ def test_reference_figures_rebuild_from_the_committed_runs(tmp_path):
     runs_with_tables = [p.parent.parent.name for p in REPO_REFERENCE.glob("*/tables/summary.csv")]
     assert dry.get("reference_figure_quality_vs_retention") == len(runs_with_tables)
     assert dry.get("reference_figure_batch_size") == dry.get("reference_figure_paired_scatter") == len(runs_with_tables)
-    # two needle grids and the question grid (14 presses), and Gemma 3's RULER at 50% (12) and 75% kept (11): past
-    # eight
-    assert dry.get("reference_figure_quality_by_family") == 5
+    # two needle grids and the question grid (14 presses), and Gemma 3's RULER at 50% (12), 75% and 25% kept (11
+    # each): past eight
+    assert dry.get("reference_figure_quality_by_family") == 6
     run_snakemake(workflow_copy, "reference_figures", "--cores", "1", check=True)
     for run in runs_with_tables:
         png = workflow_copy / "results/reference" / run / "figures/quality_vs_retention.png"

@@ -222,15 +222,19 @@ def findings() -> str:
     return "\n\n".join(blocks) + "\n"
 
 
-GEMMA3_RUNS = [REPO / "reference/h100-gemma3-ruler-4k-r50", REPO / "reference/h100-gemma3-ruler-4k-r75-partial"]
+GEMMA3_RUNS = [
+    REPO / "reference/h100-gemma3-ruler-4k-r50",
+    REPO / "reference/h100-gemma3-ruler-4k-r75-partial",
+    REPO / "reference/h100-gemma3-ruler-4k-r25-partial",
+]
 GEMMA3_HEAD = (
     "Gemma 3 270M (the base model, bf16) on NVIDIA's RULER at 4k tokens made with its own tokenizer "
     "(`config/gemma3-h200-ruler-4k.yaml`), question-agnostic as kvpress's leaderboard, the global layers compressed "
     "and the sliding layers kept as the model's windows (`sliding_layers: keep`), n = 100 per cell, one H100: **all 13 "
-    "tasks at 50% kept** (`reference/h100-gemma3-ruler-4k-r50/`) and **9 tasks at 75% kept** for 11 presses "
-    "(`reference/h100-gemma3-ruler-4k-r75-partial/`: 122 of that grid's 156 cells made, tabulated where every press "
-    "but observed attention has its cell; the rest of 75%, then 25% kept, question-aware, `compress` and 8k are the "
-    "next sessions'). "
+    "tasks at 50% kept** for 12 presses (`reference/h100-gemma3-ruler-4k-r50/`), and **all 13 tasks at 75% and at 25% "
+    "kept** for 11 presses (`reference/h100-gemma3-ruler-4k-r75-partial/` and `-r25-partial/`: 143 of each grid's "
+    "156 cells, all but observed attention's eager cells, which are the next session's with question-aware, "
+    "`compress` and 8k). "
 )
 
 
