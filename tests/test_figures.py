@@ -13,7 +13,7 @@ from kvcache_bench.analysis.figures.quality_by_family import quality_by_family
 from kvcache_bench.analysis.figures.quality_vs_retention import quality_vs_retention
 from kvcache_bench.analysis.figures.question_change import question_change
 from kvcache_bench.analysis.figures.style import save_figure
-from kvcache_bench.analysis.layout import layout_report
+from kvcache_bench.analysis.layout import SAVE_DPI, layout_report
 from kvcache_bench.analysis.versus import versus_methods
 from kvcache_bench.methods.registry import METHODS
 
@@ -167,6 +167,22 @@ def test_figures_are_written_as_png_and_svg_with_their_layout_report(summary, tm
 
     height, width = imread(tmp_path / "f.png").shape[:2]
     assert (report["width_px"], report["height_px"], report["problems"]) == (width, height, [])  # what was measured is what was saved
+
+
+def test_the_same_figure_saves_to_the_same_bytes_and_its_png_is_what_savefig_writes(summary, tmp_path):
+    """The PNG is the canvas the layout report drew, not a third draw: the bytes savefig would have written. And
+    a figure unchanged is a file unchanged, SVG included (a rerun that moves nothing leaves git clean)."""
+    import matplotlib.pyplot as plt
+
+    for name in ("a", "b"):
+        save_figure(quality_vs_retention(summary), tmp_path / f"{name}.png", tmp_path / f"{name}.svg")
+    assert (tmp_path / "a.svg").read_bytes() == (tmp_path / "b.svg").read_bytes()
+    figure = quality_vs_retention(summary)
+    layout_report(figure)
+    figure.set_layout_engine("none")
+    figure.savefig(tmp_path / "savefig.png", format="png", dpi=SAVE_DPI)
+    plt.close(figure)
+    assert (tmp_path / "a.png").read_bytes() == (tmp_path / "savefig.png").read_bytes()
 
 
 def test_paired_scatter_wraps_many_methods_into_rows_of_four():

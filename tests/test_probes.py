@@ -17,6 +17,9 @@ from kvcache_bench.study.cell import CellRun
 from tests.fixtures.tiny_models import random_prompt_ids, tiny_gemma3_with_vision, tiny_llama
 from tests.test_kvpress_parity import ANSWER_PREFIX, QUESTION, haystack
 
+# SmolLM2 prefills of up to 1k tokens in process: two intra-op threads time-slice against the other xdist worker
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def needle_rows(sentence_counts):
     return [
