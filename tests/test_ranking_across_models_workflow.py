@@ -40,19 +40,20 @@ def test_the_rule_ranks_the_declared_comparisons_from_the_committed_tables(tmp_p
         assert sorted(manifest["inputs"]) == sorted(
             f"reference/{run}/tables/{table}.csv"
             for run in ("h200-smollm2-ruler-at-50", "h200-smollm2-ruler-at-25", "h200-smollm2-ruler-at-10",
-                        "h200-smollm2-needle", "h100-gemma3-ruler-4k-r50")
+                        "h200-smollm2-needle", "h100-gemma3-ruler-4k-r50", "h100-gemma3-ruler-4k-r75-partial",
+                        "h100-gemma3-ruler-4k-r25-partial")
             for table in ("summary", "per_example"))
     correlations = pd.read_csv(results / "ranking_across_models.csv")
     presses = pd.read_csv(results / "ranking_across_models_presses.csv")
-    # SmolLM2 against Gemma 3 (one setting, five presses), then the eight rows of SmolLM2's smoke tests (eight each)
-    assert len(correlations) == 1 + 8 and len(presses) == 5 + 8 * 8
+    # SmolLM2 against Gemma 3 (two retentions, five presses), then the eight rows of SmolLM2's smoke tests (eight each)
+    assert len(correlations) == 2 + 8 and len(presses) == 2 * 5 + 8 * 8
     # the rule's numbers are the library's on the same tables, seed and resamples
     comparisons = read_comparisons(workflow / "reference/ranking-across-models.yaml")
     expected, _ = compare_all(comparisons, read_committed_tables(runs_of(comparisons), workflow / "reference"), 42, 10_000)
     pd.testing.assert_frame_equal(correlations, pd.read_csv(io.StringIO(expected.to_csv(index=False))))
     markdown = (results / "ranking_across_models.md").read_text()
     assert markdown.startswith("# Does the ranking hold? Presses ranked on one model against another")
-    assert markdown.count("\n| smollm2-") == 9 and markdown.count("\n### ") == 9
+    assert markdown.count("\n| smollm2-") == 10 and markdown.count("\n### ") == 10
     assert "| TOVA | 68.38 | 1 | 54.38 | 3 | +2 |" in markdown  # RULER at 50%: question-aware first, agnostic third
     # made once: a second run has nothing to do, and an edit to the declaration reruns it
     assert "Nothing to be done" in run_snakemake(workflow, TARGET, "--cores", "1", check=True).stderr
