@@ -14,6 +14,7 @@ import yaml
 from snakemake.utils import update_config
 
 from kvcache_bench.study.cells import apply_schema_defaults, requested_cells
+from kvcache_bench.study.config_files import read_config_file
 
 pytestmark = pytest.mark.unit
 
@@ -28,7 +29,7 @@ def study(*names: str) -> dict:
     with the schema's defaults as the workflow fills them in."""
     merged: dict = {}
     for name in names:
-        update_config(merged, yaml.safe_load((CONFIG / name).read_text()))
+        update_config(merged, read_config_file(CONFIG / name))  # as the workflow reads it: a key twice is refused
     return apply_schema_defaults(merged, SCHEMA)
 
 
@@ -79,7 +80,7 @@ def test_the_needle_study_is_a_length_by_depth_grid_up_to_16k_tokens():
 def test_the_question_aware_study_changes_only_what_it_says():
     # given after the 4k grid's file, Snakemake updates that config key by key: without `models` it keeps the grid's
     # model and rows (the compress study, with a second model, is a whole file instead)
-    overlay = yaml.safe_load((CONFIG / "gemma3-h200-ruler-4k-question-aware.yaml").read_text())
+    overlay = read_config_file(CONFIG / "gemma3-h200-ruler-4k-question-aware.yaml")
     assert set(overlay) == {"methods", "retentions", "question_modes"}
     merged, grid = study(GRID_4K, "gemma3-h200-ruler-4k-question-aware.yaml"), study(GRID_4K)
     assert {key: value for key, value in merged.items() if key not in overlay} == {

@@ -57,8 +57,7 @@ def save_figure(figure, png_path: str | Path, svg_path: str | Path | None = None
     the figure stays where it was drawn only without bbox_inches="tight". The layout the report measured is then
     kept for both files (the layout engine switched off): constrained layout solved again at each save took two
     thirds of a large figure's time (13 s of a 104-panel scatter's), and the files are then exactly what was
-    measured.
-    The PNG is the canvas the report drew (one draw fewer: a third of a large figure's saving)."""
+    measured. The PNG is the canvas the report drew: one draw fewer, a third of a large figure's saving."""
     report = layout_report(figure, SAVE_DPI)
     figure.set_layout_engine("none")
     with atomic_path(png_path) as tmp:
